@@ -1,0 +1,60 @@
+// ax — Adaptive eXchange Scheduler. SPDX-License-Identifier: MIT
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+
+#include "config.hpp"
+
+namespace ax {
+
+/// What the controller sees each round, measured over the metrics window.
+struct ControllerInput {
+    /// Tasks admitted per second.
+    double incoming_rate = 0.0;
+    /// Mean duration of a finished attempt, in seconds.
+    double avg_duration_s = 0.0;
+    /// Tasks waiting in the queue now.
+    std::uint32_t queue_length = 0;
+    /// The worker target currently in force.
+    std::uint32_t current_target = 0;
+};
+
+/// The seed's Little's-Law sizing (§2.1, §3.5) as a pure function:
+///   raw = incoming_rate x avg_duration + queue_length / drain_time,
+/// rounded, clamped to [min_workers, max_workers], then moved from current_target by at most
+/// max_step_up / max_step_down so the pool never lurches.
+inline std::uint32_t little_law_target(const ControllerInput& in, const Config& cfg) noexcept {
+    const double drain_s = std::chrono::duration<double>(cfg.drain_time).count();
+    double raw = std::max(0.0, in.incoming_rate) * std::max(0.0, in.avg_duration_s);
+    if (in.queue_length > 0 && drain_s > 0.0) raw += static_cast<double>(in.queue_length) / drain_s;
+    const double lo = cfg.min_workers;
+    const double hi = cfg.max_workers;
+    const double clamped = std::clamp(std::floor(raw + 0.5), lo, hi);
+    const auto wanted = static_cast<std::uint32_t>(clamped);
+    const std::uint32_t cur = std::clamp(in.current_target, cfg.min_workers, cfg.max_workers);
+    if (wanted > cur) return std::min(wanted, cur + cfg.max_step_up);
+    if (wanted < cur) return cur - std::min(cur - wanted, cfg.max_step_down);
+    return cur;
+}
+
+/// Default controller policy of ax::Scheduler: Little's Law with step limits. A controller policy
+/// is any type constructible from `const Config&` with `std::uint32_t operator()(const
+/// ControllerInput&)` returning the new worker target; the scheduler clamps it to
+/// [min_workers, max_workers].
+class LittleController {
+public:
+    /// Keeps a copy of the limits it needs.
+    explicit LittleController(const Config& cfg) : cfg_(cfg) {}
+    /// The new worker target.
+    std::uint32_t operator()(const ControllerInput& in) const noexcept {
+        return little_law_target(in, cfg_);
+    }
+
+private:
+    Config cfg_;
+};
+
+}  // namespace ax

@@ -1,0 +1,140 @@
+// ax — Adaptive eXchange Scheduler. SPDX-License-Identifier: MIT
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <type_traits>
+#include <utility>
+#include <variant>
+
+namespace ax {
+
+/// Why a submit was refused. Every refusal is reported: ax never drops a task silently.
+enum class Errc : std::uint8_t {
+    queue_full = 1,       ///< The queue holds queue_capacity tasks (seed: ErrQueueFull).
+    busy,                 ///< Soft limit: queue at soft_limit_ratio of capacity, normal/low refused.
+    shutting_down,        ///< shutdown() has begun or the scheduler is being destroyed.
+    invalid_options,      ///< The SubmitOptions are invalid (see SubmitError::message()).
+    too_many_tasks,       ///< Task records exhausted: the caller holds millions of live handles.
+};
+
+/// The seed's names for the two backpressure errors, kept so its readers find them.
+inline constexpr Errc ErrQueueFull = Errc::queue_full;
+/// Soft "server busy" refusal with a Retry-After hint (seed §3.4).
+inline constexpr Errc ErrBusy = Errc::busy;
+
+/// std::error_category for Errc, so SubmitError composes with std::error_code based code.
+class ErrorCategory final : public std::error_category {
+public:
+    [[nodiscard]] const char* name() const noexcept override { return "ax"; }
+    [[nodiscard]] std::string message(int code) const override {
+        switch (static_cast<Errc>(code)) {
+            case Errc::queue_full: return "queue full";
+            case Errc::busy: return "busy: queue above its soft limit";
+            case Errc::shutting_down: return "scheduler is shutting down";
+            case Errc::invalid_options: return "invalid submit options";
+            case Errc::too_many_tasks: return "too many live task records";
+        }
+        return "unknown ax error";
+    }
+};
+
+/// The single ErrorCategory instance.
+inline const std::error_category& error_category() noexcept {
+    static const ErrorCategory category;
+    return category;
+}
+
+/// Makes std::error_code from Errc (found by ADL).
+inline std::error_code make_error_code(Errc e) noexcept {
+    return {static_cast<int>(e), error_category()};
+}
+
+/// What submit returns instead of a handle: the reason plus what a producer needs to back off.
+struct SubmitError {
+    Errc code{};
+    /// Tasks queued (all priorities) when the submit was refused.
+    std::uint32_t queue_length = 0;
+    /// The queue's capacity (Config::queue_capacity).
+    std::uint32_t capacity = 0;
+    /// How long to wait before submitting again, from the measured drain rate: the time the
+    /// workers need to free the slot this submit wanted. Zero for errors retrying cannot fix.
+    std::chrono::microseconds retry_after{0};
+    /// For invalid_options: which option and why. Empty otherwise.
+    std::string detail;
+
+    /// True for refusals worth retrying after retry_after (queue_full, busy).
+    [[nodiscard]] bool retryable() const noexcept {
+        return code == Errc::queue_full || code == Errc::busy;
+    }
+    /// The code as a std::error_code.
+    [[nodiscard]] std::error_code error_code() const noexcept { return make_error_code(code); }
+    /// One line for logs, e.g. "queue full (150/150 queued, retry after 1200 us)".
+    [[nodiscard]] std::string message() const {
+        std::string m = error_category().message(static_cast<int>(code));
+        if (retryable()) {
+            m += " (" + std::to_string(queue_length) + "/" + std::to_string(capacity) +
+                 " queued, retry after " + std::to_string(retry_after.count()) + " us)";
+        }
+        if (!detail.empty()) m += ": " + detail;
+        return m;
+    }
+};
+
+/// Thrown by TaskHandle::get() when the task was cancelled before it could produce a value.
+class TaskCancelled : public std::runtime_error {
+public:
+    TaskCancelled() : std::runtime_error("ax: task cancelled") {}
+};
+
+/// Thrown by TaskHandle::get() when the task's last attempt failed without a stored exception
+/// (for example a timeout of a body that never returned).
+class TaskFailed : public std::runtime_error {
+public:
+    explicit TaskFailed(const std::string& what) : std::runtime_error(what) {}
+};
+
+/// Either a value or a SubmitError; the C++20 stand-in for std::expected that submit returns.
+template <class T>
+class [[nodiscard]] Expected {
+public:
+    /// Holds a value.
+    Expected(T value) : v_(std::in_place_index<0>, std::move(value)) {}
+    /// Holds an error.
+    Expected(SubmitError error) : v_(std::in_place_index<1>, std::move(error)) {}
+
+    /// True when it holds a value.
+    [[nodiscard]] bool has_value() const noexcept { return v_.index() == 0; }
+    /// Same as has_value().
+    explicit operator bool() const noexcept { return has_value(); }
+
+    /// The value; throws std::logic_error if it holds an error.
+    T& value() & { return check(), std::get<0>(v_); }
+    /// The value, moved out; throws std::logic_error if it holds an error.
+    T&& value() && { return check(), std::move(std::get<0>(v_)); }
+    T& operator*() & { return value(); }
+    T&& operator*() && { return std::move(*this).value(); }
+    T* operator->() { return &value(); }
+
+    /// The error; throws std::logic_error if it holds a value.
+    [[nodiscard]] const SubmitError& error() const {
+        if (has_value()) throw std::logic_error("ax::Expected: error() on a value");
+        return std::get<1>(v_);
+    }
+
+private:
+    void check() const {
+        if (!has_value())
+            throw std::logic_error("ax::Expected: value() on an error: " +
+                                   std::get<1>(v_).message());
+    }
+    std::variant<T, SubmitError> v_;
+};
+
+}  // namespace ax
+
+template <>
+struct std::is_error_code_enum<ax::Errc> : std::true_type {};

@@ -1,0 +1,200 @@
+// ax — Adaptive eXchange Scheduler. SPDX-License-Identifier: MIT
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "task.hpp"
+
+namespace ax {
+
+/// One 1-second slot of the sliding metrics window (seed §4.4).
+struct MetricsSlot {
+    std::uint64_t incoming = 0;   ///< Tasks admitted.
+    std::uint64_t completed = 0;  ///< Attempts that succeeded.
+    std::uint64_t failed = 0;     ///< Attempts that threw (each retry counts).
+    std::uint64_t rejected = 0;   ///< Submits refused (full, busy).
+    std::chrono::nanoseconds total_duration{0};  ///< Summed duration of finished attempts.
+    std::uint64_t queue_samples = 0;             ///< Queue-length samples taken (one per tick).
+    std::uint64_t queue_length_sum = 0;          ///< Sum of those samples.
+    std::uint32_t queue_length_max = 0;          ///< Largest sample.
+
+    /// Mean attempt duration in this slot (zero if none finished).
+    [[nodiscard]] std::chrono::nanoseconds average_duration() const noexcept {
+        const auto n = completed + failed;
+        return n == 0 ? std::chrono::nanoseconds{0}
+                      : total_duration / static_cast<std::int64_t>(n);
+    }
+    /// Mean sampled queue length in this slot.
+    [[nodiscard]] double average_queue_length() const noexcept {
+        return queue_samples == 0 ? 0.0
+                                  : static_cast<double>(queue_length_sum) /
+                                        static_cast<double>(queue_samples);
+    }
+};
+
+/// Worker pool figures at the time of a snapshot.
+struct WorkerStats {
+    std::uint32_t current = 0;  ///< Worker threads alive and serving.
+    std::uint32_t target = 0;   ///< What the controller asks for.
+    std::uint32_t busy = 0;     ///< Running a task now.
+    std::uint32_t idle = 0;     ///< current - busy.
+    std::uint32_t peak = 0;     ///< Highest `current` since start.
+    std::uint64_t created = 0;  ///< Threads created since start.
+};
+
+/// Counts since the scheduler started.
+struct MetricsTotals {
+    std::uint64_t submitted = 0;      ///< Tasks admitted.
+    std::uint64_t rejected = 0;       ///< Submits refused for backpressure (full, busy).
+    std::uint64_t refused_other = 0;  ///< Submits refused for shutdown or invalid options.
+    std::uint64_t attempts_succeeded = 0;
+    std::uint64_t attempts_failed = 0;
+    std::uint64_t succeeded = 0;      ///< Tasks that ended succeeded.
+    std::uint64_t dead_lettered = 0;  ///< Tasks that ended dead_lettered.
+    std::uint64_t cancelled = 0;      ///< Tasks that ended cancelled.
+    std::uint64_t retries = 0;        ///< Retries scheduled.
+    std::uint64_t starvation_picks = 0;  ///< Dispatches forced by max_wait.
+};
+
+/// A consistent-enough picture of the scheduler for dashboards and tests.
+struct MetricsSnapshot {
+    /// Queued tasks per priority lane (index = Priority).
+    std::array<std::uint32_t, priority_count> queue_length{};
+    std::uint32_t queue_length_total = 0;
+    std::uint32_t queue_capacity = 0;
+    /// Tasks waiting for a retry.
+    std::uint32_t waiting_retry = 0;
+    WorkerStats workers;
+    /// The window's slots, oldest first; the last one is the slot being filled.
+    std::vector<MetricsSlot> slots;
+    MetricsTotals totals;
+    /// Completions per second measured over the window (what retry_after hints are based on).
+    double drain_rate = 0.0;
+    /// Admissions per second over the window (the controller's input).
+    double incoming_rate = 0.0;
+    /// Mean attempt duration over the window.
+    std::chrono::nanoseconds average_duration{0};
+};
+
+namespace detail {
+
+/// Per-worker counters: written only by their worker (relaxed stores, no shared cache line is
+/// bounced per task), summed by the maintenance tick.
+struct alignas(64) WorkerCounters {
+    std::atomic<std::uint64_t> attempts_succeeded{0};
+    std::atomic<std::uint64_t> attempts_failed{0};
+    std::atomic<std::int64_t> busy_ns{0};
+    std::atomic<bool> busy{false};
+
+    void add_attempt(bool ok, std::int64_t duration_ns) noexcept {
+        auto& c = ok ? attempts_succeeded : attempts_failed;
+        c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+        busy_ns.store(busy_ns.load(std::memory_order_relaxed) + duration_ns,
+                      std::memory_order_relaxed);
+    }
+};
+
+/// Cumulative figures the window turns into per-slot deltas.
+struct CumulativeCounters {
+    std::uint64_t incoming = 0;
+    std::uint64_t completed = 0;
+    std::uint64_t failed = 0;
+    std::uint64_t rejected = 0;
+    std::int64_t duration_ns = 0;
+};
+
+/// The sliding window of seed §4.4: `slots` 1-second slots in a ring. Owned by the maintenance
+/// tick; fed cumulative counters, it stores the deltas in the current slot.
+class MetricsWindow {
+public:
+    explicit MetricsWindow(std::size_t slots) : slots_(std::max<std::size_t>(slots, 1)) {}
+
+    /// Starts the window at `now_ns`.
+    void start(std::int64_t now_ns) noexcept {
+        slot_start_ns_ = now_ns;
+    }
+
+    /// Folds the counters since the last call into the current slot, samples the queue length,
+    /// and rotates to a fresh slot for every full second elapsed.
+    void update(std::int64_t now_ns, const CumulativeCounters& c, std::uint32_t queue_len) noexcept {
+        MetricsSlot& s = slots_[cur_];
+        s.incoming += c.incoming - last_.incoming;
+        s.completed += c.completed - last_.completed;
+        s.failed += c.failed - last_.failed;
+        s.rejected += c.rejected - last_.rejected;
+        s.total_duration += std::chrono::nanoseconds(c.duration_ns - last_.duration_ns);
+        s.queue_samples += 1;
+        s.queue_length_sum += queue_len;
+        s.queue_length_max = std::max(s.queue_length_max, queue_len);
+        last_ = c;
+        while (now_ns - slot_start_ns_ >= 1'000'000'000) {
+            slot_start_ns_ += 1'000'000'000;
+            cur_ = (cur_ + 1) % slots_.size();
+            slots_[cur_] = MetricsSlot{};
+            filled_ = std::min(filled_ + 1, slots_.size() - 1);
+        }
+    }
+
+    /// Seconds the window covers at now_ns: full slots plus the part of the current one.
+    [[nodiscard]] double covered_seconds(std::int64_t now_ns) const noexcept {
+        const double partial = static_cast<double>(now_ns - slot_start_ns_) / 1e9;
+        return static_cast<double>(filled_) + std::clamp(partial, 0.0, 1.0);
+    }
+
+    /// Sum of all slots.
+    [[nodiscard]] MetricsSlot sum() const noexcept {
+        MetricsSlot t;
+        for (const auto& s : slots_) {
+            t.incoming += s.incoming;
+            t.completed += s.completed;
+            t.failed += s.failed;
+            t.rejected += s.rejected;
+            t.total_duration += s.total_duration;
+            t.queue_samples += s.queue_samples;
+            t.queue_length_sum += s.queue_length_sum;
+            t.queue_length_max = std::max(t.queue_length_max, s.queue_length_max);
+        }
+        return t;
+    }
+
+    /// Admissions per second over the window.
+    [[nodiscard]] double incoming_rate(std::int64_t now_ns) const noexcept {
+        return rate(sum().incoming, now_ns);
+    }
+    /// Finished attempts per second over the window.
+    [[nodiscard]] double drain_rate(std::int64_t now_ns) const noexcept {
+        const auto t = sum();
+        return rate(t.completed + t.failed, now_ns);
+    }
+
+    /// Slots oldest first, the current (partial) slot last.
+    [[nodiscard]] std::vector<MetricsSlot> ordered() const {
+        std::vector<MetricsSlot> out;
+        out.reserve(slots_.size());
+        for (std::size_t i = 1; i <= slots_.size(); ++i)
+            out.push_back(slots_[(cur_ + i) % slots_.size()]);
+        return out;
+    }
+
+private:
+    [[nodiscard]] double rate(std::uint64_t n, std::int64_t now_ns) const noexcept {
+        // Never divide by less than 100 ms: one tick's worth of arrivals is not a rate.
+        const double secs = std::max(covered_seconds(now_ns), 0.1);
+        return static_cast<double>(n) / secs;
+    }
+
+    std::vector<MetricsSlot> slots_;
+    std::size_t cur_ = 0;
+    std::size_t filled_ = 0;
+    std::int64_t slot_start_ns_ = 0;
+    CumulativeCounters last_;
+};
+
+}  // namespace detail
+}  // namespace ax

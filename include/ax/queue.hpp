@@ -1,0 +1,135 @@
+// ax — Adaptive eXchange Scheduler. SPDX-License-Identifier: MIT
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+#include "task.hpp"
+
+namespace ax::detail {
+
+/// Outcome of DoubleBufferQueue::try_push.
+enum class Admission : std::uint8_t { admitted, full, busy, closed };
+
+/// Counters the queue keeps under its own lock; read by the maintenance tick.
+struct QueueCounters {
+    std::uint64_t incoming = 0;  ///< Tasks admitted (first attempts only).
+    std::uint64_t rejected = 0;  ///< Submits refused with full or busy.
+    std::uint64_t requeued = 0;  ///< Retries that re-entered the queue.
+};
+
+/// The seed's double-buffer queue (§3.2). Producers append slot indices to the standby buffer under
+/// a mutex; the dispatcher swaps the whole buffer out in O(1) and sorts it into priority lanes
+/// outside the lock. Both buffers are reserved to queue_capacity up front, so neither side
+/// allocates in steady state, and the lock is held for a bounds check and one store.
+///
+/// The queue also owns admission: the per-priority count of tasks admitted but not yet started,
+/// checked against capacity (ErrQueueFull) and the soft limit (ErrBusy, normal and low only).
+class DoubleBufferQueue {
+public:
+    DoubleBufferQueue(std::uint32_t capacity, std::uint32_t soft_limit)
+        : capacity_(capacity), soft_limit_(soft_limit) {
+        standby_.reserve(capacity);
+    }
+
+    /// Appends `index` if admission allows. `queue_length` receives the length seen.
+    Admission try_push(std::uint32_t index, Priority p, std::uint32_t& queue_length) {
+        std::lock_guard lock(mutex_);
+        const std::uint32_t len = length();
+        queue_length = len;
+        if (closed_) return Admission::closed;
+        if (len >= capacity_) {
+            ++counters_.rejected;
+            return Admission::full;
+        }
+        if (len >= soft_limit_ && p != Priority::high) {
+            ++counters_.rejected;
+            return Admission::busy;
+        }
+        append(index, p);
+        ++counters_.incoming;
+        return Admission::admitted;
+    }
+
+    /// Appends without admission control: for tasks admitted before (retries), which must never
+    /// be refused or dropped.
+    void push_unchecked(std::uint32_t index, Priority p) {
+        std::lock_guard lock(mutex_);
+        append(index, p);
+        ++counters_.requeued;
+    }
+
+    /// Refuses every later try_push (shutdown). Retries still enter through push_unchecked.
+    void close() {
+        std::lock_guard lock(mutex_);
+        closed_ = true;
+    }
+
+    /// Counts a refusal decided without taking the lock (the fast pre-check of submit).
+    void count_rejection() {
+        std::lock_guard lock(mutex_);
+        ++counters_.rejected;
+    }
+
+    /// Moves everything appended since the last swap into `out` (which must be empty) and hands
+    /// `out`'s storage back as the new standby buffer. O(1) under the lock.
+    bool swap(std::vector<std::uint32_t>& out) {
+        if (!nonempty_.load(std::memory_order_acquire)) return false;
+        std::lock_guard lock(mutex_);
+        standby_.swap(out);
+        nonempty_.store(false, std::memory_order_relaxed);
+        return !out.empty();
+    }
+
+    /// Cheap, lock-free hint that swap() would return something.
+    [[nodiscard]] bool has_standby() const noexcept {
+        return nonempty_.load(std::memory_order_acquire);
+    }
+
+    /// A task left the queue (dispatched or cancelled while queued).
+    void on_dequeued(Priority p) noexcept {
+        queued_[static_cast<std::size_t>(p)].fetch_sub(1, std::memory_order_acq_rel);
+    }
+
+    /// Tasks admitted and not yet started, all priorities (may lag by in-flight dequeues).
+    [[nodiscard]] std::uint32_t length() const noexcept {
+        return queued_[0].load(std::memory_order_acquire) +
+               queued_[1].load(std::memory_order_acquire) +
+               queued_[2].load(std::memory_order_acquire);
+    }
+    /// Tasks admitted and not yet started, in one priority lane.
+    [[nodiscard]] std::uint32_t length(Priority p) const noexcept {
+        return queued_[static_cast<std::size_t>(p)].load(std::memory_order_acquire);
+    }
+    [[nodiscard]] std::uint32_t capacity() const noexcept { return capacity_; }
+    [[nodiscard]] std::uint32_t soft_limit() const noexcept { return soft_limit_; }
+
+    /// Snapshot of the counters.
+    [[nodiscard]] QueueCounters counters() {
+        std::lock_guard lock(mutex_);
+        return counters_;
+    }
+
+private:
+    void append(std::uint32_t index, Priority p) {
+        standby_.push_back(index);
+        queued_[static_cast<std::size_t>(p)].fetch_add(1, std::memory_order_acq_rel);
+        if (standby_.size() == 1) nonempty_.store(true, std::memory_order_release);
+    }
+
+    std::mutex mutex_;
+    std::vector<std::uint32_t> standby_;
+    QueueCounters counters_;
+    bool closed_ = false;
+    std::atomic<bool> nonempty_{false};
+    const std::uint32_t capacity_;
+    const std::uint32_t soft_limit_;
+    alignas(64) std::array<std::atomic<std::uint32_t>, priority_count> queued_{};
+};
+
+}  // namespace ax::detail

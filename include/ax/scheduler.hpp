@@ -1,0 +1,841 @@
+// ax — Adaptive eXchange Scheduler. SPDX-License-Identifier: MIT
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stop_token>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "clock.hpp"
+#include "config.hpp"
+#include "controller.hpp"
+#include "errors.hpp"
+#include "metrics.hpp"
+#include "priority_ring.hpp"
+#include "queue.hpp"
+#include "retry.hpp"
+#include "task.hpp"
+#include "worker_pool.hpp"
+
+namespace ax {
+
+/// How shutdown() treats work that has not finished.
+enum class ShutdownMode : std::uint8_t {
+    drain,   ///< Refuse new submits, finish everything queued and every retry, then stop.
+    cancel,  ///< Refuse new submits, cancel queued and retry-waiting tasks, ask running ones to stop.
+};
+
+namespace detail {
+
+/// Text of an exception for query() and logs.
+inline std::string describe_exception(const std::exception_ptr& e) {
+    try {
+        std::rethrow_exception(e);
+    } catch (const std::exception& ex) {
+        return ex.what();
+    } catch (...) {
+        return "non-standard exception";
+    }
+}
+
+/// Which scheduler, if any, the current thread is a worker of (shutdown from inside a task must
+/// not join its own thread).
+inline thread_local const void* current_worker_owner = nullptr;
+
+/// The scheduler's shared state. Scheduler owns it through a shared_ptr; see docs/design.md for
+/// who calls what, and under which lock.
+template <class Clock, class Controller>
+class SchedulerCore {
+public:
+    static constexpr std::uint32_t none = UINT32_MAX;
+
+    /// Per-worker state the pool keeps for the core: finished slots waiting to enter history
+    /// (batched so the history lock is taken once per 32 tasks) and the time of the last task end.
+    struct WorkerLocal {
+        std::vector<std::uint32_t> finished;
+        std::int64_t last_end_ns = 0;
+        WorkerLocal() { finished.reserve(history_batch); }
+    };
+    using Pool = WorkerPool<SchedulerCore>;
+    using Worker = typename Pool::Worker;
+
+    static std::int64_t now_ns() noexcept {
+        return std::chrono::duration_cast<std::chrono::nanoseconds>(
+                   Clock::now().time_since_epoch())
+            .count();
+    }
+    static typename Clock::time_point to_time_point(std::int64_t ns) {
+        return typename Clock::time_point(
+            std::chrono::duration_cast<typename Clock::duration>(std::chrono::nanoseconds(ns)));
+    }
+
+    explicit SchedulerCore(const Config& cfg)
+        : cfg_((cfg.validate(), cfg)),
+          slab_(std::make_shared<TaskSlab>()),
+          queue_(cfg.queue_capacity, soft_limit(cfg)),
+          lanes_({cfg.weight_high, cfg.weight_normal, cfg.weight_low},
+                 std::chrono::duration_cast<std::chrono::nanoseconds>(cfg.max_wait).count()),
+          window_(cfg.window_slots()),
+          controller_(cfg),
+          jitter_(std::random_device{}()),
+          pool_(*this, cfg.min_workers, cfg.max_workers) {
+        batch_.reserve(cfg.queue_capacity);
+        history_.assign(cfg.history_capacity, 0);
+        const auto t0 = now_ns();
+        window_.start(t0);
+        last_control_ns_ = t0;
+    }
+
+    SchedulerCore(const SchedulerCore&) = delete;
+    SchedulerCore& operator=(const SchedulerCore&) = delete;
+
+    ~SchedulerCore() { stop_threads(); }
+
+    void start() {
+        pool_.start();
+        ticker_ = std::jthread([this](std::stop_token st) { tick_loop(st); });
+    }
+
+    // ---- submit -------------------------------------------------------------------------------
+
+    template <class F, class R>
+    Expected<TaskHandle<R>> submit(F&& f, const SubmitOptions& o) {
+        TaskId id;
+        if (auto err = admit_new<F>(std::forward<F>(f), o, id, /*with_handle=*/true))
+            return std::move(*err);
+        return TaskHandle<R>(slab_, &slab_->at(id.index()), id);
+    }
+
+    template <class F>
+    Expected<TaskId> post(F&& f, const SubmitOptions& o) {
+        TaskId id;
+        if (auto err = admit_new<F>(std::forward<F>(f), o, id, /*with_handle=*/false))
+            return std::move(*err);
+        return id;
+    }
+
+    // ---- cancel / query -----------------------------------------------------------------------
+
+    bool cancel(TaskId id) {
+        TaskRecord* r = slab_->try_pin(id);
+        if (r == nullptr) return false;
+        const bool done = cancel_pinned(*r, id.index());
+        slab_->release(id.index());
+        return done;
+    }
+
+    std::optional<TaskInfo<Clock>> query(TaskId id) {
+        TaskRecord* r = slab_->try_pin(id);
+        if (r == nullptr) return std::nullopt;
+        TaskInfo<Clock> info;
+        const auto s = r->state.load(std::memory_order_acquire);
+        info.id = id;
+        info.state = static_cast<TaskState>(s & state_mask);
+        info.cancel_requested = (s & cancel_requested_bit) != 0;
+        info.priority = r->priority;
+        info.attempts = r->attempts.load(std::memory_order_relaxed);
+        info.max_retries = r->max_retries;
+        info.group = GroupId{r->group};
+        info.enqueued = to_time_point(r->enqueue_ns.load(std::memory_order_relaxed));
+        info.started = to_time_point(r->start_ns.load(std::memory_order_relaxed));
+        info.finished = to_time_point(r->finish_ns.load(std::memory_order_relaxed));
+        if (info.state == TaskState::waiting_retry)
+            info.retry_due = to_time_point(r->mark_ns.load(std::memory_order_relaxed));
+        r->lock_extras();
+        if (r->extras != nullptr) {
+            info.name = r->extras->name;
+            info.last_error = r->extras->last_error;
+        }
+        r->unlock_extras();
+        slab_->release(id.index());
+        return info;
+    }
+
+    // ---- metrics ------------------------------------------------------------------------------
+
+    MetricsSnapshot metrics() {
+        MetricsSnapshot m;
+        for (std::size_t p = 0; p < priority_count; ++p)
+            m.queue_length[p] = queue_.length(static_cast<Priority>(p));
+        m.queue_length_total = m.queue_length[0] + m.queue_length[1] + m.queue_length[2];
+        m.queue_capacity = queue_.capacity();
+        m.waiting_retry = waiting_retry_.load(std::memory_order_acquire);
+        m.workers = pool_.stats();
+        const auto qc = queue_.counters();
+        m.totals.submitted = qc.incoming;
+        m.totals.rejected = qc.rejected;
+        m.totals.refused_other = refused_other_.load(std::memory_order_relaxed);
+        std::int64_t busy_ns = 0;
+        pool_.sum_counters(m.totals.attempts_succeeded, m.totals.attempts_failed, busy_ns);
+        m.totals.succeeded = succeeded_.load(std::memory_order_relaxed);
+        m.totals.dead_lettered = dead_lettered_.load(std::memory_order_relaxed);
+        m.totals.cancelled = cancelled_.load(std::memory_order_relaxed);
+        m.totals.retries = retries_.load(std::memory_order_relaxed);
+        {
+            std::lock_guard lock(dispatch_mutex_);
+            m.totals.starvation_picks = lanes_.starvation_picks();
+        }
+        const auto now = now_ns();
+        std::lock_guard lock(metrics_mutex_);
+        m.slots = window_.ordered();
+        m.drain_rate = window_.drain_rate(now);
+        m.incoming_rate = window_.incoming_rate(now);
+        const auto sum = window_.sum();
+        m.average_duration = sum.average_duration();
+        return m;
+    }
+
+    // ---- groups -------------------------------------------------------------------------------
+
+    GroupId group(std::string_view name) {
+        std::lock_guard lock(groups_mutex_);
+        for (std::size_t i = 0; i < group_names_.size(); ++i)
+            if (group_names_[i] == name) return GroupId{static_cast<std::uint16_t>(i + 1)};
+        if (group_names_.size() >= 65535) throw std::length_error("ax: too many groups");
+        group_names_.emplace_back(name);
+        return GroupId{static_cast<std::uint16_t>(group_names_.size())};
+    }
+
+    std::string group_name(GroupId g) {
+        std::lock_guard lock(groups_mutex_);
+        if (g.value == 0 || g.value > group_names_.size()) return {};
+        return group_names_[g.value - 1];
+    }
+
+    // ---- shutdown -----------------------------------------------------------------------------
+
+    bool shutdown(ShutdownMode mode, std::optional<std::chrono::nanoseconds> timeout) {
+        accepting_.store(false, std::memory_order_seq_cst);
+        queue_.close();
+        if (mode == ShutdownMode::cancel) {
+            discard_.store(true, std::memory_order_seq_cst);
+            cancel_all();
+        }
+        pool_.notify_all();
+        if (current_worker_owner == this) return false;  // cannot wait for ourselves
+        {
+            std::unique_lock lock(drain_mutex_);
+            auto drained = [&] { return drained_; };
+            if (timeout) {
+                if (!drain_cv_.wait_for(lock, *timeout, drained)) return false;
+            } else {
+                drain_cv_.wait(lock, drained);
+            }
+        }
+        stop_threads();
+        return true;
+    }
+
+    [[nodiscard]] const Config& config() const noexcept { return cfg_; }
+
+    // ---- WorkerPool host interface ------------------------------------------------------------
+
+    [[nodiscard]] bool has_work() const noexcept {
+        return queue_.length() > 0 || queue_.has_standby();
+    }
+
+    bool run_one(Worker& w) {
+        if (!w.counters.busy.load(std::memory_order_relaxed))
+            w.counters.busy.store(true, std::memory_order_seq_cst);
+        const std::int64_t now = w.local.last_end_ns != 0 ? w.local.last_end_ns : now_ns();
+        const std::uint32_t index = dispatch_pop(now, &w.local);
+        if (index == none) {
+            w.counters.busy.store(false, std::memory_order_seq_cst);
+            w.local.last_end_ns = 0;
+            flush_history(w.local.finished);
+            return false;
+        }
+        execute(index, w, now);
+        return true;
+    }
+
+    void on_worker_exit(Worker& w) { flush_history(w.local.finished); }
+
+private:
+    static constexpr std::size_t history_batch = 32;
+
+    static std::uint32_t soft_limit(const Config& cfg) {
+        const auto s = static_cast<std::uint32_t>(cfg.soft_limit_ratio * cfg.queue_capacity);
+        return std::clamp<std::uint32_t>(s, 1, cfg.queue_capacity);
+    }
+
+    struct Links {
+        TaskSlab* slab;
+        [[nodiscard]] std::uint32_t next(std::uint32_t i) const noexcept {
+            return slab->at(i).next.load(std::memory_order_relaxed);
+        }
+        void set_next(std::uint32_t i, std::uint32_t v) const noexcept {
+            slab->at(i).next.store(v, std::memory_order_relaxed);
+        }
+        [[nodiscard]] std::int64_t enqueue_ns(std::uint32_t i) const noexcept {
+            return slab->at(i).enqueue_ns.load(std::memory_order_relaxed);
+        }
+    };
+
+    std::optional<SubmitError> validate(const SubmitOptions& o) const {
+        auto bad = [&](std::string why) {
+            refused_other_.fetch_add(1, std::memory_order_relaxed);
+            SubmitError e{Errc::invalid_options, queue_.length(), queue_.capacity(), {}, std::move(why)};
+            return std::optional<SubmitError>(std::move(e));
+        };
+        if (static_cast<std::uint8_t>(o.priority) >= priority_count)
+            return bad("priority = " + std::to_string(static_cast<int>(o.priority)) +
+                       " is not high, normal or low");
+        if (o.timeout.count() < 0)
+            return bad("timeout = " + std::to_string(o.timeout.count()) + " ms is negative");
+        if (o.timeout.count() > std::int64_t{UINT32_MAX})
+            return bad("timeout = " + std::to_string(o.timeout.count()) + " ms exceeds 49 days");
+        if (o.max_retries < -1 || o.max_retries > 100)
+            return bad("max_retries = " + std::to_string(o.max_retries) +
+                       " must be -1 (default) or 0..100");
+        if (o.group.value != 0) {
+            std::lock_guard lock(groups_mutex_);
+            if (o.group.value > group_names_.size())
+                return bad("group = " + std::to_string(o.group.value) + " was not registered");
+        }
+        return std::nullopt;
+    }
+
+    SubmitError backpressure_error(Errc code, std::uint32_t len) const {
+        const std::uint32_t limit = code == Errc::queue_full ? queue_.capacity() : queue_.soft_limit();
+        const std::uint32_t excess = len >= limit ? len - limit + 1 : 1;
+        return SubmitError{code, len, queue_.capacity(), retry_after(excess), {}};
+    }
+
+    /// Time for the workers to finish `excess` more tasks at the measured drain rate. Before any
+    /// drain was measured, estimate it from the live workers and the mean duration; with no
+    /// duration either, one tick.
+    std::chrono::microseconds retry_after(std::uint32_t excess) const {
+        double rate = drain_rate_.load(std::memory_order_relaxed);
+        if (rate <= 0.0) {
+            const double avg_s = avg_duration_s_.load(std::memory_order_relaxed);
+            if (avg_s > 0.0) rate = std::max<std::uint32_t>(pool_.live(), 1) / avg_s;
+        }
+        std::chrono::microseconds hint;
+        if (rate <= 0.0) {
+            hint = std::chrono::duration_cast<std::chrono::microseconds>(cfg_.dispatch_interval);
+        } else {
+            hint = std::chrono::microseconds(static_cast<std::int64_t>(1e6 * excess / rate));
+        }
+        return std::clamp(hint, std::chrono::microseconds(1), std::chrono::microseconds(60'000'000));
+    }
+
+    template <class F>
+    std::optional<SubmitError> admit_new(F&& f, const SubmitOptions& o, TaskId& id,
+                                         bool with_handle) {
+        using Fn = std::decay_t<F>;
+        if (!accepting_.load(std::memory_order_acquire)) {
+            refused_other_.fetch_add(1, std::memory_order_relaxed);
+            return SubmitError{Errc::shutting_down, queue_.length(), queue_.capacity(), {}, {}};
+        }
+        if (auto e = validate(o)) return e;
+        // Cheap pre-check so a producer hammering a full queue never builds a record.
+        const std::uint32_t seen = queue_.length();
+        if (seen >= queue_.capacity() ||
+            (seen >= queue_.soft_limit() && o.priority != Priority::high)) {
+            queue_.count_rejection();
+            return backpressure_error(seen >= queue_.capacity() ? Errc::queue_full : Errc::busy,
+                                      seen);
+        }
+        auto slot = slab_->acquire();
+        if (!slot) {
+            refused_other_.fetch_add(1, std::memory_order_relaxed);
+            return SubmitError{Errc::too_many_tasks, queue_.length(), queue_.capacity(), {}, {}};
+        }
+        const std::uint32_t index = *slot;
+        TaskRecord& r = slab_->at(index);
+        try {
+            storage_emplace<Fn>(r, std::forward<F>(f));
+        } catch (...) {
+            r.refs.store(1, std::memory_order_relaxed);
+            slab_->release(index);
+            throw;
+        }
+        r.manager = &manage<Fn>;
+        r.content = Content::callable;
+        r.priority = o.priority;
+        r.attempts.store(0, std::memory_order_relaxed);
+        r.max_retries = static_cast<std::uint8_t>(o.max_retries < 0 ? cfg_.retry_max
+                                                                    : static_cast<std::uint32_t>(o.max_retries));
+        r.timeout_ms = static_cast<std::uint32_t>(o.timeout.count());
+        r.group = o.group.value;
+        if (!o.name.empty() || r.extras != nullptr) {
+            r.lock_extras();
+            r.ensure_extras().name.assign(o.name);
+            r.unlock_extras();
+        }
+        if (!r.stop.stop_possible() || r.stop.stop_requested()) r.stop = std::stop_source();
+        const auto now = now_ns();
+        r.enqueue_ns.store(now, std::memory_order_relaxed);
+        r.start_ns.store(0, std::memory_order_relaxed);
+        r.finish_ns.store(0, std::memory_order_relaxed);
+        r.mark_ns.store(0, std::memory_order_relaxed);
+        r.refs.store(with_handle ? 2 : 1, std::memory_order_relaxed);
+        r.state.store(static_cast<std::uint32_t>(TaskState::queued), std::memory_order_release);
+        id = TaskId::make(index, r.generation.load(std::memory_order_relaxed));
+
+        std::uint32_t len = 0;
+        const Admission a = queue_.try_push(index, o.priority, len);
+        if (a != Admission::admitted) {
+            r.state.store(0, std::memory_order_relaxed);
+            r.refs.store(1, std::memory_order_relaxed);
+            slab_->release(index);
+            if (a == Admission::closed) {
+                refused_other_.fetch_add(1, std::memory_order_relaxed);
+                return SubmitError{Errc::shutting_down, len, queue_.capacity(), {}, {}};
+            }
+            return backpressure_error(a == Admission::full ? Errc::queue_full : Errc::busy, len);
+        }
+        pool_.notify_work();
+        return std::nullopt;
+    }
+
+    /// Pops the next runnable slot (queued -> running) in ring order; tombstones of cancelled
+    /// tasks met on the way go to history. Returns none when nothing is queued.
+    std::uint32_t dispatch_pop(std::int64_t now, WorkerLocal* local) {
+        Links links{slab_.get()};
+        std::uint32_t index = none;
+        {
+            std::lock_guard lock(dispatch_mutex_);
+            if (queue_.swap(batch_)) {
+                for (const auto i : batch_) lanes_.push(links, i, slab_->at(i).priority);
+                batch_.clear();
+            }
+            const bool discard = discard_.load(std::memory_order_acquire);
+            for (;;) {
+                const std::uint32_t i = lanes_.pop(links, now);
+                if (i == none) break;
+                TaskRecord& r = slab_->at(i);
+                auto s = r.state.load(std::memory_order_acquire);
+                bool started = false;
+                while (!discard &&
+                       (s & state_mask) == static_cast<std::uint32_t>(TaskState::queued)) {
+                    if (r.state.compare_exchange_weak(
+                            s, (s & ~state_mask) | static_cast<std::uint32_t>(TaskState::running),
+                            std::memory_order_acq_rel)) {
+                        started = true;
+                        break;
+                    }
+                }
+                if (started) {
+                    queue_.on_dequeued(r.priority);
+                    index = i;
+                    break;
+                }
+                // A tombstone (cancelled while queued), or shutdown(cancel) discarding the queue.
+                if (discard) cancel_pinned(r, i);
+                local->finished.push_back(i);
+            }
+        }
+        if (local->finished.size() >= history_batch) flush_history(local->finished);
+        return index;
+    }
+
+    void execute(std::uint32_t index, Worker& w, std::int64_t start) {
+        TaskRecord& r = slab_->at(index);
+        w.current.store(index, std::memory_order_relaxed);
+        const std::uint32_t attempt = std::min<std::uint32_t>(r.attempts.load() + 1u, 255u);
+        r.attempts.store(static_cast<std::uint8_t>(attempt), std::memory_order_relaxed);
+        r.start_ns.store(start, std::memory_order_relaxed);
+        r.mark_ns.store(start, std::memory_order_relaxed);
+        const TaskId id = TaskId::make(index, r.generation.load(std::memory_order_relaxed));
+        TaskContext ctx(r, id, &now_ns);
+        current_worker_owner = this;
+        std::exception_ptr error = r.manager(ManagerOp::run, r, &ctx);
+        const std::int64_t end = now_ns();
+        w.local.last_end_ns = end;
+        w.current.store(none, std::memory_order_relaxed);
+        w.counters.add_attempt(error == nullptr, end - start);
+
+        auto s = r.state.load(std::memory_order_acquire);
+        if (error == nullptr) {
+            finish(r, index, s, TaskState::succeeded, end, &w.local);
+            return;
+        }
+        r.set_last_error(describe_exception(error));
+        const bool can_retry = attempt <= r.max_retries && r.content == Content::callable &&
+                               !discard_.load(std::memory_order_relaxed);
+        if (can_retry && (s & cancel_requested_bit) == 0) {
+            const auto delay = retry_delay(cfg_.retry_base_delay, cfg_.retry_jitter,
+                                           attempt + 1u, jitter_());
+            const std::int64_t due = end + delay.count();
+            r.mark_ns.store(due, std::memory_order_relaxed);
+            if (r.state.compare_exchange_strong(
+                    s, (s & ~state_mask) | static_cast<std::uint32_t>(TaskState::waiting_retry),
+                    std::memory_order_acq_rel)) {
+                waiting_retry_.fetch_add(1, std::memory_order_acq_rel);
+                retries_.fetch_add(1, std::memory_order_relaxed);
+                timers_.add(due, index);
+                return;
+            }
+            // cancel() slipped in: fall through to the cancelled ending.
+        }
+        r.store_exception(std::move(error));
+        finish(r, index, s, TaskState::dead_lettered, end, &w.local);
+    }
+
+    /// Ends a running task: the wanted state, or cancelled if a cancel was requested meanwhile.
+    void finish(TaskRecord& r, std::uint32_t index, std::uint32_t s, TaskState wanted,
+                std::int64_t end, WorkerLocal* local) {
+        r.finish_ns.store(end, std::memory_order_relaxed);
+        for (;;) {
+            const TaskState final_state =
+                (s & cancel_requested_bit) != 0 ? TaskState::cancelled : wanted;
+            if (r.state.compare_exchange_weak(s, static_cast<std::uint32_t>(final_state) |
+                                                     (s & has_waiter_bit),
+                                              std::memory_order_acq_rel)) {
+                count_terminal(final_state);
+                if ((s & has_waiter_bit) != 0) slab_->notify_waiters(index);
+                break;
+            }
+        }
+        retire(index, local);
+    }
+
+    void count_terminal(TaskState s) noexcept {
+        switch (s) {
+            case TaskState::succeeded: succeeded_.fetch_add(1, std::memory_order_relaxed); break;
+            case TaskState::dead_lettered:
+                dead_lettered_.fetch_add(1, std::memory_order_relaxed);
+                break;
+            case TaskState::cancelled: cancelled_.fetch_add(1, std::memory_order_relaxed); break;
+            default: break;
+        }
+    }
+
+    /// cancel() on a pinned record; see the state machine in docs/design.md.
+    bool cancel_pinned(TaskRecord& r, std::uint32_t index) {
+        auto s = r.state.load(std::memory_order_acquire);
+        for (;;) {
+            const auto st = static_cast<TaskState>(s & state_mask);
+            if (st == TaskState::queued || st == TaskState::waiting_retry) {
+                r.finish_ns.store(now_ns(), std::memory_order_relaxed);
+                if (r.state.compare_exchange_weak(
+                        s, static_cast<std::uint32_t>(TaskState::cancelled) | (s & has_waiter_bit),
+                        std::memory_order_acq_rel)) {
+                    if (st == TaskState::queued) {
+                        queue_.on_dequeued(r.priority);
+                    } else {
+                        waiting_retry_.fetch_sub(1, std::memory_order_acq_rel);
+                    }
+                    count_terminal(TaskState::cancelled);
+                    if ((s & has_waiter_bit) != 0) slab_->notify_waiters(index);
+                    // The record stays linked where it waits (lane or timer heap) as a tombstone;
+                    // whoever pops it sends it to history.
+                    return true;
+                }
+            } else if (st == TaskState::running) {
+                if ((s & cancel_requested_bit) != 0) return true;
+                if (r.state.compare_exchange_weak(s, s | cancel_requested_bit,
+                                                  std::memory_order_acq_rel)) {
+                    r.stop.request_stop();
+                    return true;
+                }
+            } else {
+                return false;
+            }
+        }
+    }
+
+    /// Cancels everything queued or waiting for a retry, and asks running tasks to stop.
+    void cancel_all() {
+        std::vector<std::uint32_t> victims;
+        {
+            Links links{slab_.get()};
+            std::lock_guard lock(dispatch_mutex_);
+            if (queue_.swap(batch_)) {
+                for (const auto i : batch_) lanes_.push(links, i, slab_->at(i).priority);
+                batch_.clear();
+            }
+            for (std::uint32_t i = lanes_.pop(links, INT64_MIN); i != none;
+                 i = lanes_.pop(links, INT64_MIN))
+                victims.push_back(i);
+        }
+        timers_.take_all(victims);
+        for (const auto i : victims) {
+            cancel_pinned(slab_->at(i), i);
+            retire(i, nullptr);
+        }
+        pool_.for_each([&](Worker& w) {
+            const auto i = w.current.load(std::memory_order_relaxed);
+            if (i == none) return;
+            TaskRecord& r = slab_->at(i);
+            cancel(TaskId::make(i, r.generation.load(std::memory_order_relaxed)));
+        });
+    }
+
+    /// The scheduler's reference to a finished slot moves into history; batched per worker.
+    void retire(std::uint32_t index, WorkerLocal* local) {
+        if (local != nullptr) {
+            local->finished.push_back(index);
+            if (local->finished.size() >= history_batch) flush_history(local->finished);
+        } else {
+            std::vector<std::uint32_t> one{index};
+            flush_history(one);
+        }
+    }
+
+    void flush_history(std::vector<std::uint32_t>& finished) {
+        if (finished.empty()) return;
+        std::vector<std::uint32_t> evicted;
+        {
+            std::lock_guard lock(history_mutex_);
+            for (const auto i : finished) {
+                if (history_.empty()) {
+                    evicted.push_back(i);
+                    continue;
+                }
+                if (history_size_ == history_.size()) {
+                    evicted.push_back(history_[history_head_]);
+                    history_head_ = (history_head_ + 1) % history_.size();
+                    --history_size_;
+                }
+                history_[(history_head_ + history_size_) % history_.size()] = i;
+                ++history_size_;
+            }
+        }
+        finished.clear();
+        for (const auto i : evicted) slab_->release(i);
+    }
+
+    // ---- maintenance tick ---------------------------------------------------------------------
+
+    void tick_loop(std::stop_token st) {
+        std::mutex m;
+        std::condition_variable_any cv;
+        std::unique_lock lock(m);
+        while (!st.stop_requested()) {
+            cv.wait_for(lock, st, cfg_.dispatch_interval, [] { return false; });
+            if (st.stop_requested()) break;
+            tick();
+        }
+    }
+
+    void tick() {
+        const std::int64_t now = now_ns();
+        fire_due_retries(now);
+
+        CumulativeCounters c;
+        const auto qc = queue_.counters();
+        c.incoming = qc.incoming;
+        c.rejected = qc.rejected;
+        pool_.sum_counters(c.completed, c.failed, c.duration_ns);
+        const std::uint32_t qlen = queue_.length();
+        ControllerInput in;
+        bool control = false;
+        {
+            std::lock_guard lock(metrics_mutex_);
+            window_.update(now, c, qlen);
+            drain_rate_.store(window_.drain_rate(now), std::memory_order_relaxed);
+            const auto avg = window_.sum().average_duration();
+            avg_duration_s_.store(std::chrono::duration<double>(avg).count(),
+                                  std::memory_order_relaxed);
+            if (now - last_control_ns_ >=
+                std::chrono::duration_cast<std::chrono::nanoseconds>(cfg_.controller_interval)
+                    .count()) {
+                last_control_ns_ = now;
+                control = true;
+                in.incoming_rate = window_.incoming_rate(now);
+                in.avg_duration_s = std::chrono::duration<double>(avg).count();
+                in.queue_length = qlen;
+                in.current_target = pool_.target();
+            }
+        }
+        if (control) pool_.set_target(controller_(in));
+        pool_.reap();
+        if (accepting_.load(std::memory_order_acquire)) pool_.grow(qlen);
+        check_drained();
+    }
+
+    void fire_due_retries(std::int64_t now) {
+        due_.clear();
+        timers_.take_due(now, due_);
+        std::size_t requeued = 0;
+        for (const auto i : due_) {
+            TaskRecord& r = slab_->at(i);
+            auto s = r.state.load(std::memory_order_acquire);
+            bool back = false;
+            while ((s & state_mask) == static_cast<std::uint32_t>(TaskState::waiting_retry)) {
+                if (r.state.compare_exchange_weak(
+                        s, (s & ~state_mask) | static_cast<std::uint32_t>(TaskState::queued),
+                        std::memory_order_acq_rel)) {
+                    back = true;
+                    break;
+                }
+            }
+            if (back) {
+                waiting_retry_.fetch_sub(1, std::memory_order_acq_rel);
+                r.enqueue_ns.store(now, std::memory_order_relaxed);
+                queue_.push_unchecked(i, r.priority);
+                ++requeued;
+            } else {
+                retire(i, nullptr);  // cancelled while waiting: a tombstone
+            }
+        }
+        if (requeued == 1) pool_.notify_work();
+        if (requeued > 1) pool_.notify_all();
+    }
+
+    void check_drained() {
+        if (accepting_.load(std::memory_order_acquire)) return;
+        // Order matters: queue, then busy workers, then timers (see docs/design.md, shutdown).
+        if (queue_.length() != 0) return;
+        if (pool_.busy_count() != 0) return;
+        if (waiting_retry_.load(std::memory_order_acquire) != 0) return;
+        {
+            std::lock_guard lock(drain_mutex_);
+            drained_ = true;
+        }
+        drain_cv_.notify_all();
+    }
+
+    void stop_threads() {
+        std::lock_guard lock(stop_mutex_);
+        if (stopped_) return;
+        stopped_ = true;
+        if (ticker_.joinable()) {
+            ticker_.request_stop();
+            ticker_.join();
+        }
+        pool_.stop_and_join();
+    }
+
+    const Config cfg_;
+    std::shared_ptr<TaskSlab> slab_;
+    DoubleBufferQueue queue_;
+
+    // Dispatcher state: lanes and the swapped-out batch, under dispatch_mutex_.
+    std::mutex dispatch_mutex_;
+    PriorityLanes<Links> lanes_;
+    std::vector<std::uint32_t> batch_;
+
+    RetryTimers timers_;
+    std::vector<std::uint32_t> due_;  // ticker only
+
+    std::mutex metrics_mutex_;
+    MetricsWindow window_;
+    Controller controller_;
+    std::int64_t last_control_ns_ = 0;
+
+    std::mutex history_mutex_;
+    std::vector<std::uint32_t> history_;
+    std::size_t history_head_ = 0;
+    std::size_t history_size_ = 0;
+
+    mutable std::mutex groups_mutex_;
+    std::vector<std::string> group_names_;
+
+    Jitter jitter_;
+    std::atomic<bool> accepting_{true};
+    std::atomic<bool> discard_{false};
+    std::atomic<double> drain_rate_{0.0};
+    std::atomic<double> avg_duration_s_{0.0};
+    std::atomic<std::uint32_t> waiting_retry_{0};
+    mutable std::atomic<std::uint64_t> refused_other_{0};
+    std::atomic<std::uint64_t> succeeded_{0};
+    std::atomic<std::uint64_t> dead_lettered_{0};
+    std::atomic<std::uint64_t> cancelled_{0};
+    std::atomic<std::uint64_t> retries_{0};
+
+    std::mutex drain_mutex_;
+    std::condition_variable drain_cv_;
+    bool drained_ = false;
+
+    std::mutex stop_mutex_;
+    bool stopped_ = false;
+    std::jthread ticker_;
+    Pool pool_;  // last: its threads stop first and may use everything above
+};
+
+}  // namespace detail
+
+/// The in-process scheduler: submit / cancel / query plus metrics and shutdown.
+///
+/// Clock is the time source (std::chrono::steady_clock; ax::ManualClock in tests); Controller
+/// sizes the worker pool (ax::LittleController; see controller.hpp for the policy contract).
+/// `ax::Scheduler<> sched;` or `ax::Scheduler sched{cfg};` use the defaults.
+///
+/// Thread-safety: every member function may be called from any thread, including from inside a
+/// running task.
+template <class Clock = std::chrono::steady_clock, class Controller = LittleController>
+class Scheduler {
+    using Core = detail::SchedulerCore<Clock, Controller>;
+
+public:
+    using clock = Clock;
+    /// What query() returns.
+    using Info = TaskInfo<Clock>;
+
+    /// Validates `cfg` (std::invalid_argument naming the field on error) and starts min_workers.
+    explicit Scheduler(const Config& cfg = Config{}) : core_(std::make_shared<Core>(cfg)) {
+        core_->start();
+    }
+    Scheduler(const Scheduler&) = delete;
+    Scheduler& operator=(const Scheduler&) = delete;
+
+    /// Drains: refuses new work, finishes every queued and retrying task, then joins the workers.
+    ~Scheduler() { core_->shutdown(ShutdownMode::drain, std::nullopt); }
+
+    /// Queues `f` (callable as f(ax::TaskContext&) or f()) and returns a handle to its result, or
+    /// a SubmitError: queue_full / busy with retry_after, shutting_down, invalid_options. Never
+    /// blocks; a task is either admitted (and will reach exactly one terminal state) or refused.
+    template <class F>
+    auto submit(F&& f, const SubmitOptions& options = {})
+        -> Expected<TaskHandle<typename detail::CallableTraits<std::decay_t<F>>::result>> {
+        using R = typename detail::CallableTraits<std::decay_t<F>>::result;
+        static_assert(!std::is_reference_v<R>, "ax: a task may not return a reference");
+        return core_->template submit<F, R>(std::forward<F>(f), options);
+    }
+
+    /// Like submit, without a handle (fire and forget): slightly cheaper, and the result is
+    /// discarded. The ID still works with cancel() and query().
+    template <class F>
+    Expected<TaskId> post(F&& f, const SubmitOptions& options = {}) {
+        return core_->post(std::forward<F>(f), options);
+    }
+
+    /// Cancels a queued or retry-waiting task at once (true); asks a running one to stop and ends
+    /// it as cancelled when its body returns (true); false for finished or unknown tasks.
+    bool cancel(TaskId id) { return core_->cancel(id); }
+
+    /// State, priority, attempts, times and last error of a task; nullopt once it has left the
+    /// bounded history (Config::history_capacity) or for an ID never issued.
+    std::optional<Info> query(TaskId id) { return core_->query(id); }
+
+    /// Queue, workers, the metrics window and totals since start.
+    MetricsSnapshot metrics() { return core_->metrics(); }
+
+    /// The ID of concurrency group `name`, registering it on first use.
+    GroupId group(std::string_view name) { return core_->group(name); }
+    /// The name a group was registered with ("" for none).
+    std::string group_name(GroupId g) { return core_->group_name(g); }
+
+    /// Stops accepting work and ends it per `mode`; returns true once every task is terminal and
+    /// the threads are joined, false if `timeout` passed first (or when called from inside a task,
+    /// which cannot wait for itself). Later submits get Errc::shutting_down.
+    bool shutdown(ShutdownMode mode = ShutdownMode::drain,
+                  std::optional<std::chrono::nanoseconds> timeout = std::nullopt) {
+        return core_->shutdown(mode, timeout);
+    }
+
+    /// The validated configuration.
+    [[nodiscard]] const Config& config() const noexcept { return core_->config(); }
+
+private:
+    std::shared_ptr<Core> core_;
+};
+
+}  // namespace ax

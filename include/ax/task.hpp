@@ -1,0 +1,621 @@
+// ax — Adaptive eXchange Scheduler. SPDX-License-Identifier: MIT
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <optional>
+#include <stop_token>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+#include "errors.hpp"
+
+namespace ax {
+
+/// Dispatch lane of a task. The ring serves High:Normal:Low in Config's weights (3:2:1 by default).
+enum class Priority : std::uint8_t { high = 0, normal = 1, low = 2 };
+
+/// Number of priority lanes.
+inline constexpr std::size_t priority_count = 3;
+
+/// Where a task is in its life. succeeded, dead_lettered and cancelled are terminal: a task
+/// reaches exactly one of them, exactly once.
+enum class TaskState : std::uint8_t {
+    queued = 1,     ///< Admitted, waiting in its priority lane.
+    running,        ///< An attempt is executing on a worker.
+    waiting_retry,  ///< An attempt failed; waiting (without a thread) for its retry time.
+    succeeded,      ///< The callable returned; its value is in the handle.
+    dead_lettered,  ///< Every allowed attempt failed; the last exception is in the handle.
+    cancelled,      ///< cancel() or shutdown(cancel) ended it.
+};
+
+/// Human-readable name of a state ("queued", "running", ...).
+constexpr std::string_view to_string(TaskState s) noexcept {
+    switch (s) {
+        case TaskState::queued: return "queued";
+        case TaskState::running: return "running";
+        case TaskState::waiting_retry: return "waiting_retry";
+        case TaskState::succeeded: return "succeeded";
+        case TaskState::dead_lettered: return "dead_lettered";
+        case TaskState::cancelled: return "cancelled";
+    }
+    return "unknown";
+}
+
+/// Human-readable name of a priority ("high", "normal", "low").
+constexpr std::string_view to_string(Priority p) noexcept {
+    switch (p) {
+        case Priority::high: return "high";
+        case Priority::normal: return "normal";
+        case Priority::low: return "low";
+    }
+    return "unknown";
+}
+
+/// True for succeeded, dead_lettered and cancelled.
+constexpr bool is_terminal(TaskState s) noexcept {
+    return s == TaskState::succeeded || s == TaskState::dead_lettered ||
+           s == TaskState::cancelled;
+}
+
+/// Identifies one task for its whole life. It carries the task record's slot and a generation,
+/// so lookups are an index, never a hash, and a stale ID never aliases a newer task.
+struct TaskId {
+    std::uint64_t value = 0;
+
+    /// Slot of the task record.
+    [[nodiscard]] constexpr std::uint32_t index() const noexcept {
+        return static_cast<std::uint32_t>(value);
+    }
+    /// Generation of the slot when the task was admitted.
+    [[nodiscard]] constexpr std::uint32_t generation() const noexcept {
+        return static_cast<std::uint32_t>(value >> 32);
+    }
+    /// False for a default-constructed ID.
+    [[nodiscard]] constexpr bool valid() const noexcept { return generation() != 0; }
+    /// Builds an ID from its parts.
+    static constexpr TaskId make(std::uint32_t index, std::uint32_t generation) noexcept {
+        return TaskId{(std::uint64_t{generation} << 32) | index};
+    }
+    friend constexpr bool operator==(TaskId, TaskId) = default;
+    /// "slot#generation", the form ax uses in logs.
+    [[nodiscard]] std::string to_string() const {
+        return std::to_string(index()) + "#" + std::to_string(generation());
+    }
+};
+
+/// A concurrency group registered with Scheduler::group(); 0 means "no group".
+struct GroupId {
+    std::uint16_t value = 0;
+    friend constexpr bool operator==(GroupId, GroupId) = default;
+};
+
+/// Per-task options of submit(). Designated initializers read well:
+/// `sched.submit(f, {.name = "thumb-42", .priority = ax::Priority::high})`.
+struct SubmitOptions {
+    /// A human-readable ID for logs and query(); copied at submit. Names up to 15 bytes are stored
+    /// without allocating.
+    std::string_view name{};
+    /// Dispatch lane.
+    Priority priority = Priority::normal;
+    /// Attempt timeout measured from the last heartbeat (zero: none). At most 49 days.
+    std::chrono::milliseconds timeout{0};
+    /// Retries after the first attempt; -1 takes Config::retry_max; 0 disables retries.
+    int max_retries = -1;
+    /// Concurrency group from Scheduler::group(); default none.
+    GroupId group{};
+};
+
+namespace detail {
+
+struct TaskRecord;
+
+/// Operations a task's type-erased manager knows; the manager is the only code that knows the
+/// callable's and the result's types.
+enum class ManagerOp : std::uint8_t { run, destroy };
+
+/// What the storage of a record holds.
+enum class Content : std::uint8_t { none, callable, value, exception };
+
+/// Bits of TaskRecord::state besides the TaskState in the low byte.
+inline constexpr std::uint32_t state_mask = 0xffu;
+inline constexpr std::uint32_t cancel_requested_bit = 1u << 8;
+inline constexpr std::uint32_t has_waiter_bit = 1u << 9;
+
+/// Rarely needed, variable-sized fields, allocated the first time a slot needs them and reused by
+/// every later task of the slot, so steady-state submits do not allocate.
+struct TaskExtras {
+    std::string name;
+    std::string last_error;
+};
+
+using Manager = std::exception_ptr (*)(ManagerOp, TaskRecord&, void* context);
+
+/// Bytes of a capture (or result) stored inline in the task record.
+inline constexpr std::size_t small_buffer_size = 40;
+
+/// One task's record: 128 bytes, two cache lines, in a slab. It carries the callable (inline when
+/// it fits small_buffer_size), then the result or the final exception in the same bytes.
+struct alignas(64) TaskRecord {
+    Manager manager = nullptr;
+    /// TaskState in the low byte, plus cancel_requested_bit and has_waiter_bit.
+    std::atomic<std::uint32_t> state{0};
+    /// Owners: the scheduler until the task leaves history, each handle, each transient pin.
+    std::atomic<std::uint32_t> refs{0};
+    std::atomic<std::uint32_t> generation{0};
+    /// Link for the free list and for the priority lanes (slot index + 1; 0 ends a list).
+    std::atomic<std::uint32_t> next{0};
+    std::uint32_t timeout_ms = 0;
+    std::uint16_t group = 0;
+    /// Attempts started (a worker writes it while query reads it).
+    std::atomic<std::uint8_t> attempts{0};
+    std::uint8_t max_retries = 0;
+
+    alignas(16) unsigned char storage[small_buffer_size];
+
+    /// Times in nanoseconds of the scheduler's clock (atomic: query reads them while a worker
+    /// writes them).
+    std::atomic<std::int64_t> enqueue_ns{0};
+    std::atomic<std::int64_t> start_ns{0};
+    std::atomic<std::int64_t> finish_ns{0};
+    /// While running: time of the last heartbeat (or of the start). While waiting_retry: due time.
+    std::atomic<std::int64_t> mark_ns{0};
+    std::stop_source stop{std::nostopstate};
+    TaskExtras* extras = nullptr;
+    Priority priority = Priority::normal;
+    Content content = Content::none;
+    /// Guards extras->last_error, which a worker writes while query reads.
+    std::atomic<bool> extras_lock{false};
+    std::uint8_t reserved_[5] = {};
+
+    TaskRecord() = default;
+    TaskRecord(const TaskRecord&) = delete;
+    TaskRecord& operator=(const TaskRecord&) = delete;
+    ~TaskRecord() {
+        destroy_content();
+        delete extras;
+    }
+
+    [[nodiscard]] TaskState load_state(std::memory_order mo = std::memory_order_acquire) const {
+        return static_cast<TaskState>(state.load(mo) & state_mask);
+    }
+    void destroy_content() noexcept {
+        if (content == Content::none) return;
+        if (content == Content::exception) {
+            std::launder(reinterpret_cast<std::exception_ptr*>(storage))->~exception_ptr();
+        } else {
+            manager(ManagerOp::destroy, *this, nullptr);
+        }
+        content = Content::none;
+    }
+    void store_exception(std::exception_ptr e) noexcept {
+        destroy_content();
+        ::new (static_cast<void*>(storage)) std::exception_ptr(std::move(e));
+        content = Content::exception;
+    }
+    [[nodiscard]] std::exception_ptr stored_exception() const noexcept {
+        if (content != Content::exception) return nullptr;
+        return *std::launder(reinterpret_cast<const std::exception_ptr*>(storage));
+    }
+    TaskExtras& ensure_extras() {
+        if (extras == nullptr) extras = new TaskExtras();
+        return *extras;
+    }
+    void lock_extras() noexcept {
+        while (extras_lock.exchange(true, std::memory_order_acquire)) {
+            while (extras_lock.load(std::memory_order_relaxed)) {
+            }
+        }
+    }
+    void unlock_extras() noexcept { extras_lock.store(false, std::memory_order_release); }
+    void set_last_error(std::string text) {
+        lock_extras();
+        try {
+            ensure_extras().last_error = std::move(text);
+        } catch (...) {
+        }
+        unlock_extras();
+    }
+};
+static_assert(sizeof(TaskRecord) == 128, "TaskRecord is sized to two cache lines");
+
+/// Whether a T is stored inline in a record's storage.
+template <class T>
+inline constexpr bool fits_inline =
+    sizeof(T) <= small_buffer_size && alignof(T) <= 16 && std::is_nothrow_move_constructible_v<T>;
+
+/// Owns every task record: fixed-size chunks that never move, a lock-free free list of slot
+/// indices, and the striped mutex/condvar table that blocking waits park on. Shared by the
+/// scheduler and every handle, so a handle outlives its scheduler safely.
+class TaskSlab {
+public:
+    static constexpr std::uint32_t chunk_bits = 10;
+    static constexpr std::uint32_t chunk_size = 1u << chunk_bits;
+    static constexpr std::uint32_t max_chunks = 1u << 14;
+    static constexpr std::size_t wait_stripes = 64;
+
+    TaskSlab() : chunks_(new std::atomic<TaskRecord*>[max_chunks]) {
+        for (std::uint32_t i = 0; i < max_chunks; ++i)
+            chunks_[i].store(nullptr, std::memory_order_relaxed);
+    }
+    TaskSlab(const TaskSlab&) = delete;
+    TaskSlab& operator=(const TaskSlab&) = delete;
+    ~TaskSlab() {
+        const auto n = chunk_count_.load(std::memory_order_acquire);
+        for (std::uint32_t i = 0; i < n; ++i) delete[] chunks_[i].load(std::memory_order_relaxed);
+    }
+
+    [[nodiscard]] TaskRecord& at(std::uint32_t index) const noexcept {
+        return chunks_[index >> chunk_bits].load(std::memory_order_acquire)[index & (chunk_size - 1)];
+    }
+
+    /// A free slot with refs = 0 and a fresh generation, or nullopt when the slab is exhausted.
+    std::optional<std::uint32_t> acquire() {
+        for (;;) {
+            auto head = free_head_.load(std::memory_order_acquire);
+            while (static_cast<std::uint32_t>(head) != 0) {
+                const std::uint32_t index = static_cast<std::uint32_t>(head) - 1;
+                const std::uint32_t next = at(index).next.load(std::memory_order_relaxed);
+                const std::uint64_t tagged = ((head >> 32) + 1) << 32 | next;
+                if (free_head_.compare_exchange_weak(head, tagged, std::memory_order_acquire,
+                                                     std::memory_order_acquire))
+                    return index;
+            }
+            if (!grow()) return std::nullopt;
+        }
+    }
+
+    /// Drops one reference; the last one recycles the slot.
+    void release(std::uint32_t index) noexcept {
+        TaskRecord& r = at(index);
+        if (r.refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+        recycle(index, r);
+    }
+
+    /// Pins the live record of `id` (refs + 1) or returns nullptr when the ID is stale.
+    TaskRecord* try_pin(TaskId id) noexcept {
+        if (!id.valid()) return nullptr;
+        const std::uint32_t chunk = id.index() >> chunk_bits;
+        if (chunk >= chunk_count_.load(std::memory_order_acquire)) return nullptr;
+        TaskRecord& r = at(id.index());
+        auto refs = r.refs.load(std::memory_order_acquire);
+        do {
+            if (refs == 0) return nullptr;
+        } while (!r.refs.compare_exchange_weak(refs, refs + 1, std::memory_order_acq_rel,
+                                               std::memory_order_acquire));
+        if (r.generation.load(std::memory_order_acquire) != id.generation()) {
+            release(id.index());
+            return nullptr;
+        }
+        return &r;
+    }
+
+    /// Blocks until the record's state is terminal or `deadline` passes; true if terminal.
+    template <class Deadline>
+    bool wait_terminal(TaskRecord& r, std::uint32_t index, const Deadline* deadline) {
+        if (is_terminal(r.load_state())) return true;
+        auto& stripe = stripes_[index % wait_stripes];
+        std::unique_lock lock(stripe.mutex);
+        for (;;) {
+            const auto s = r.state.fetch_or(has_waiter_bit, std::memory_order_acq_rel);
+            if (is_terminal(static_cast<TaskState>(s & state_mask))) return true;
+            if (deadline == nullptr) {
+                stripe.cv.wait(lock);
+            } else if (stripe.cv.wait_until(lock, *deadline) == std::cv_status::timeout) {
+                return is_terminal(r.load_state());
+            }
+        }
+    }
+
+    /// Wakes threads blocked in wait_terminal on this record. Call after a terminal state whose
+    /// previous value carried has_waiter_bit was published.
+    void notify_waiters(std::uint32_t index) noexcept {
+        auto& stripe = stripes_[index % wait_stripes];
+        { std::lock_guard lock(stripe.mutex); }
+        stripe.cv.notify_all();
+    }
+
+    /// Records ever created (slab size), for memory accounting.
+    [[nodiscard]] std::size_t capacity() const noexcept {
+        return std::size_t{chunk_count_.load(std::memory_order_acquire)} * chunk_size;
+    }
+
+private:
+    bool grow() {
+        std::lock_guard lock(grow_mutex_);
+        if (static_cast<std::uint32_t>(free_head_.load(std::memory_order_acquire)) != 0)
+            return true;
+        const auto n = chunk_count_.load(std::memory_order_relaxed);
+        if (n == max_chunks) return false;
+        auto* chunk = new TaskRecord[chunk_size];
+        chunks_[n].store(chunk, std::memory_order_release);
+        chunk_count_.store(n + 1, std::memory_order_release);
+        // Push in reverse so low indices come out first (friendlier to caches).
+        for (std::uint32_t i = chunk_size; i-- > 0;) push_free(n * chunk_size + i);
+        return true;
+    }
+
+    void push_free(std::uint32_t index) noexcept {
+        TaskRecord& r = at(index);
+        auto head = free_head_.load(std::memory_order_relaxed);
+        std::uint64_t tagged;
+        do {
+            r.next.store(static_cast<std::uint32_t>(head), std::memory_order_relaxed);
+            tagged = ((head >> 32) + 1) << 32 | (index + 1);
+        } while (!free_head_.compare_exchange_weak(head, tagged, std::memory_order_release,
+                                                   std::memory_order_relaxed));
+    }
+
+    void recycle(std::uint32_t index, TaskRecord& r) noexcept {
+        r.destroy_content();
+        if (r.extras != nullptr) {
+            r.extras->name.clear();
+            r.extras->last_error.clear();
+        }
+        r.state.store(0, std::memory_order_relaxed);
+        auto g = r.generation.load(std::memory_order_relaxed) + 1;
+        if (g == 0) g = 1;
+        r.generation.store(g, std::memory_order_release);
+        push_free(index);
+    }
+
+    struct alignas(64) Stripe {
+        std::mutex mutex;
+        std::condition_variable cv;
+    };
+
+    std::unique_ptr<std::atomic<TaskRecord*>[]> chunks_;
+    std::atomic<std::uint32_t> chunk_count_{0};
+    std::atomic<std::uint64_t> free_head_{0};
+    std::mutex grow_mutex_;
+    Stripe stripes_[wait_stripes];
+};
+
+}  // namespace detail
+
+/// What a running callable receives: who it is, which attempt, how to notice a stop request, and
+/// how to tell the watchdog it is still making progress.
+class TaskContext {
+public:
+    /// The task's ID.
+    [[nodiscard]] TaskId id() const noexcept { return id_; }
+    /// Attempt number, 1 for the first run.
+    [[nodiscard]] std::uint32_t attempt() const noexcept {
+        return record_->attempts.load(std::memory_order_relaxed);
+    }
+    /// Token whose stop is requested by cancel(), shutdown(cancel) or a timeout.
+    [[nodiscard]] std::stop_token stop_token() const noexcept { return record_->stop.get_token(); }
+    /// Shorthand for stop_token().stop_requested().
+    [[nodiscard]] bool stop_requested() const noexcept { return record_->stop.stop_requested(); }
+    /// Reports progress: the timeout is measured from the last heartbeat instead of the start.
+    void heartbeat() noexcept {
+        record_->mark_ns.store(now_ns_(), std::memory_order_relaxed);
+    }
+    /// The name given at submit (empty if none).
+    [[nodiscard]] std::string_view name() const noexcept {
+        return record_->extras != nullptr ? std::string_view(record_->extras->name)
+                                          : std::string_view();
+    }
+
+    /// Built by the scheduler only.
+    TaskContext(detail::TaskRecord& record, TaskId id, std::int64_t (*now_ns)()) noexcept
+        : record_(&record), id_(id), now_ns_(now_ns) {}
+
+private:
+    detail::TaskRecord* record_;
+    TaskId id_;
+    std::int64_t (*now_ns_)();
+};
+
+namespace detail {
+
+/// The return type of a callable taken by submit: it may accept a TaskContext& or nothing.
+template <class F>
+struct CallableTraits {
+    static constexpr bool takes_context = std::is_invocable_v<F&, TaskContext&>;
+    static constexpr bool takes_nothing = std::is_invocable_v<F&>;
+    static_assert(takes_context || takes_nothing,
+                  "ax: a task must be callable as f(ax::TaskContext&) or f()");
+    using result = typename std::conditional_t<takes_context, std::invoke_result<F&, TaskContext&>,
+                                      std::invoke_result<F&>>::type;
+};
+
+template <class T>
+T* storage_as(TaskRecord& r) noexcept {
+    if constexpr (fits_inline<T>) {
+        return std::launder(reinterpret_cast<T*>(r.storage));
+    } else {
+        return *std::launder(reinterpret_cast<T**>(r.storage));
+    }
+}
+
+template <class T, class... Args>
+void storage_emplace(TaskRecord& r, Args&&... args) {
+    if constexpr (fits_inline<T>) {
+        ::new (static_cast<void*>(r.storage)) T(std::forward<Args>(args)...);
+    } else {
+        T* p = new T(std::forward<Args>(args)...);
+        ::new (static_cast<void*>(r.storage)) T*(p);
+    }
+}
+
+template <class T>
+void storage_destroy(TaskRecord& r) noexcept {
+    if constexpr (fits_inline<T>) {
+        storage_as<T>(r)->~T();
+    } else {
+        delete storage_as<T>(r);
+    }
+}
+
+/// Runs one attempt of F (op run; context is the TaskContext*) or destroys whatever the storage
+/// holds (op destroy). On success of run the callable is destroyed and the value takes its place;
+/// on failure the callable stays for a retry and the exception is returned.
+template <class F>
+std::exception_ptr manage(ManagerOp op, TaskRecord& r, void* context) {
+    using R = typename CallableTraits<F>::result;
+    if (op == ManagerOp::destroy) {
+        if (r.content == Content::callable) {
+            storage_destroy<F>(r);
+        } else if constexpr (!std::is_void_v<R>) {
+            if (r.content == Content::value) storage_destroy<R>(r);
+        }
+        return nullptr;
+    }
+    try {
+        F& f = *storage_as<F>(r);
+        auto call = [&]() -> decltype(auto) {
+            if constexpr (CallableTraits<F>::takes_context) {
+                return std::invoke(f, *static_cast<TaskContext*>(context));
+            } else {
+                return std::invoke(f);
+            }
+        };
+        if constexpr (std::is_void_v<R>) {
+            call();
+            storage_destroy<F>(r);
+            r.content = Content::none;
+        } else {
+            R value = call();
+            storage_destroy<F>(r);
+            r.content = Content::none;
+            storage_emplace<R>(r, std::move(value));
+            r.content = Content::value;
+        }
+        return nullptr;
+    } catch (...) {
+        return std::current_exception();
+    }
+}
+
+}  // namespace detail
+
+/// The caller's side of one submitted task: its ID, and a way to wait for it and take its value
+/// or its exception. Move-only, like std::future; it may outlive the scheduler.
+template <class R>
+class TaskHandle {
+public:
+    TaskHandle() = default;
+    TaskHandle(TaskHandle&& o) noexcept
+        : slab_(std::move(o.slab_)), record_(std::exchange(o.record_, nullptr)), id_(o.id_) {}
+    TaskHandle& operator=(TaskHandle&& o) noexcept {
+        if (this != &o) {
+            reset();
+            slab_ = std::move(o.slab_);
+            record_ = std::exchange(o.record_, nullptr);
+            id_ = o.id_;
+        }
+        return *this;
+    }
+    TaskHandle(const TaskHandle&) = delete;
+    TaskHandle& operator=(const TaskHandle&) = delete;
+    ~TaskHandle() { reset(); }
+
+    /// The task's ID, for cancel() and query().
+    [[nodiscard]] TaskId id() const noexcept { return id_; }
+    /// False after get() or on a default-constructed handle.
+    [[nodiscard]] bool valid() const noexcept { return record_ != nullptr; }
+    /// The task's current state.
+    [[nodiscard]] TaskState state() const noexcept { return record_->load_state(); }
+    /// True once the task is terminal (get() will not block).
+    [[nodiscard]] bool ready() const noexcept { return is_terminal(state()); }
+
+    /// Blocks until the task is terminal.
+    void wait() const {
+        slab_->wait_terminal(*record_, id_.index(),
+                             static_cast<const std::chrono::steady_clock::time_point*>(nullptr));
+    }
+    /// Blocks at most `timeout`; true if the task is terminal.
+    template <class Rep, class Period>
+    bool wait_for(std::chrono::duration<Rep, Period> timeout) const {
+        const auto deadline = std::chrono::steady_clock::now() + timeout;
+        return slab_->wait_terminal(*record_, id_.index(), &deadline);
+    }
+
+    /// Waits, then returns the value, or rethrows the task's final exception (dead_lettered), or
+    /// throws ax::TaskCancelled. Callable once; the handle is empty afterwards.
+    R get() {
+        if (!valid()) throw std::logic_error("ax::TaskHandle::get on an empty handle");
+        wait();
+        detail::TaskRecord& r = *record_;
+        struct Release {
+            TaskHandle* h;
+            ~Release() { h->reset(); }
+        } release{this};
+        switch (r.load_state()) {
+            case TaskState::succeeded:
+                if constexpr (!std::is_void_v<R>) {
+                    return std::move(*detail::storage_as<R>(r));
+                } else {
+                    return;
+                }
+            case TaskState::cancelled: throw TaskCancelled();
+            default: {
+                if (auto e = r.stored_exception()) std::rethrow_exception(e);
+                throw TaskFailed("ax: task " + id_.to_string() + " failed");
+            }
+        }
+    }
+
+    /// Built by the scheduler only: adopts one reference on the record.
+    TaskHandle(std::shared_ptr<detail::TaskSlab> slab, detail::TaskRecord* record, TaskId id)
+        : slab_(std::move(slab)), record_(record), id_(id) {}
+
+private:
+    void reset() noexcept {
+        if (record_ != nullptr) {
+            slab_->release(id_.index());
+            record_ = nullptr;
+        }
+        slab_.reset();
+    }
+
+    std::shared_ptr<detail::TaskSlab> slab_;
+    detail::TaskRecord* record_ = nullptr;
+    TaskId id_{};
+};
+
+/// What query() reports about one task.
+template <class Clock = std::chrono::steady_clock>
+struct TaskInfo {
+    using TimePoint = typename Clock::time_point;
+    TaskId id{};
+    TaskState state = TaskState::queued;
+    Priority priority = Priority::normal;
+    /// Attempts started so far.
+    std::uint32_t attempts = 0;
+    /// Retries allowed after the first attempt.
+    std::uint32_t max_retries = 0;
+    GroupId group{};
+    /// Whether cancel() asked a running attempt to stop.
+    bool cancel_requested = false;
+    TimePoint enqueued{};
+    /// Start of the latest attempt (epoch if none yet).
+    TimePoint started{};
+    /// When it reached its terminal state (epoch if not yet).
+    TimePoint finished{};
+    /// When waiting_retry: when the next attempt becomes due.
+    TimePoint retry_due{};
+    std::string name;
+    /// Text of the latest attempt's error ("" if none).
+    std::string last_error;
+};
+
+}  // namespace ax
+
+template <>
+struct std::hash<ax::TaskId> {
+    std::size_t operator()(ax::TaskId id) const noexcept {
+        return std::hash<std::uint64_t>{}(id.value);
+    }
+};

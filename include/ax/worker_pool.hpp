@@ -1,0 +1,271 @@
+// ax — Adaptive eXchange Scheduler. SPDX-License-Identifier: MIT
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "metrics.hpp"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace ax::detail {
+
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+    _mm_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+}
+
+/// The elastic pool of seed §3.5 and §4.4. Threads are std::jthread; their number follows the
+/// controller's target: growth creates threads only while queued work exceeds the idle workers
+/// (idle ones are reused first), shrinking lets surplus workers leave after their current task
+/// (a running task is never interrupted), and min_workers always stay.
+///
+/// Host is the scheduler core; it provides
+///   bool run_one(Worker&)   -- dispatch and run one task; false when there was none
+///   bool has_work()         -- cheap hint that run_one would find something
+///
+/// Idle workers spin briefly (one at a time) and then park on an epoch counter with
+/// std::atomic::wait; a producer wakes one parked worker only when nobody is spinning.
+template <class Host>
+class WorkerPool {
+public:
+    /// One worker thread and what it alone writes.
+    struct Worker {
+        WorkerCounters counters;
+        /// Slot of the task this worker is running (none when idle), for shutdown and timeouts.
+        std::atomic<std::uint32_t> current{UINT32_MAX};
+        std::atomic<bool> exited{false};
+        std::jthread thread;
+        /// Host-specific per-worker state (e.g. its batch of finished slots).
+        typename Host::WorkerLocal local;
+    };
+
+    WorkerPool(Host& host, std::uint32_t min_workers, std::uint32_t max_workers)
+        : host_(host), min_(min_workers), max_(max_workers) {
+        target_.store(min_workers, std::memory_order_relaxed);
+    }
+    WorkerPool(const WorkerPool&) = delete;
+    WorkerPool& operator=(const WorkerPool&) = delete;
+    ~WorkerPool() { stop_and_join(); }
+
+    /// Starts min_workers threads.
+    void start() { spawn(min_); }
+
+    /// Tells one parked worker that work arrived. Called after every push; costs a fence and a
+    /// load when workers are busy or one is spinning.
+    void notify_work() noexcept {
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        if (parked_.load(std::memory_order_relaxed) == 0) return;
+        if (spinning_.load(std::memory_order_relaxed) != 0) return;
+        epoch_.fetch_add(1, std::memory_order_seq_cst);
+        epoch_.notify_one();
+    }
+
+    /// Wakes every parked worker (many tasks at once, shrink, shutdown).
+    void notify_all() noexcept {
+        epoch_.fetch_add(1, std::memory_order_seq_cst);
+        epoch_.notify_all();
+    }
+
+    /// Sets the worker target (clamped to [min, max]). Surplus workers leave after their task.
+    void set_target(std::uint32_t t) {
+        t = std::clamp(t, min_, max_);
+        const auto old = target_.exchange(t, std::memory_order_acq_rel);
+        if (t < old) notify_all();
+    }
+
+    /// Creates threads toward the target, but only as many as queued work can use beyond the
+    /// idle workers, which are reused first. Returns the number created.
+    std::uint32_t grow(std::uint32_t queued) {
+        const auto live = live_.load(std::memory_order_acquire);
+        const auto target = target_.load(std::memory_order_acquire);
+        if (live >= target) return 0;
+        const auto idle = live - std::min(live, busy_count());
+        if (queued <= idle) return 0;
+        const auto n = std::min(target - live, queued - idle);
+        spawn(n);
+        return n;
+    }
+
+    /// Joins workers that have left; folds their counters into the totals.
+    void reap() {
+        std::vector<std::unique_ptr<Worker>> dead;
+        {
+            std::lock_guard lock(mutex_);
+            auto it = std::partition(workers_.begin(), workers_.end(), [](const auto& w) {
+                return !w->exited.load(std::memory_order_acquire);
+            });
+            for (auto j = it; j != workers_.end(); ++j) {
+                retired_succeeded_ += (*j)->counters.attempts_succeeded.load();
+                retired_failed_ += (*j)->counters.attempts_failed.load();
+                retired_busy_ns_ += (*j)->counters.busy_ns.load();
+                dead.push_back(std::move(*j));
+            }
+            workers_.erase(it, workers_.end());
+        }
+        dead.clear();  // joins outside the lock
+    }
+
+    /// Stops every worker after its current task and joins them. Idempotent.
+    void stop_and_join() {
+        stopping_.store(true, std::memory_order_seq_cst);
+        notify_all();
+        std::vector<std::unique_ptr<Worker>> all;
+        {
+            std::lock_guard lock(mutex_);
+            all.swap(workers_);
+        }
+        for (auto& w : all) {
+            if (w->thread.joinable()) w->thread.join();
+            retired_succeeded_ += w->counters.attempts_succeeded.load();
+            retired_failed_ += w->counters.attempts_failed.load();
+            retired_busy_ns_ += w->counters.busy_ns.load();
+        }
+    }
+
+    /// Workers running a task now.
+    [[nodiscard]] std::uint32_t busy_count() {
+        std::lock_guard lock(mutex_);
+        std::uint32_t n = 0;
+        for (const auto& w : workers_) n += w->counters.busy.load(std::memory_order_seq_cst) ? 1 : 0;
+        return n;
+    }
+
+    /// Calls f(Worker&) for each worker under the pool lock.
+    template <class F>
+    void for_each(F&& f) {
+        std::lock_guard lock(mutex_);
+        for (auto& w : workers_) f(*w);
+    }
+
+    /// Summed per-worker counters (live and retired workers).
+    void sum_counters(std::uint64_t& succeeded, std::uint64_t& failed, std::int64_t& busy_ns) {
+        std::lock_guard lock(mutex_);
+        succeeded = retired_succeeded_;
+        failed = retired_failed_;
+        busy_ns = retired_busy_ns_;
+        for (const auto& w : workers_) {
+            succeeded += w->counters.attempts_succeeded.load(std::memory_order_relaxed);
+            failed += w->counters.attempts_failed.load(std::memory_order_relaxed);
+            busy_ns += w->counters.busy_ns.load(std::memory_order_relaxed);
+        }
+    }
+
+    [[nodiscard]] WorkerStats stats() {
+        WorkerStats s;
+        s.current = live_.load(std::memory_order_acquire);
+        s.target = target_.load(std::memory_order_acquire);
+        s.busy = std::min(busy_count(), s.current);
+        s.idle = s.current - s.busy;
+        s.peak = peak_.load(std::memory_order_acquire);
+        s.created = created_.load(std::memory_order_acquire);
+        return s;
+    }
+
+    [[nodiscard]] std::uint32_t live() const noexcept {
+        return live_.load(std::memory_order_acquire);
+    }
+    [[nodiscard]] std::uint32_t target() const noexcept {
+        return target_.load(std::memory_order_acquire);
+    }
+
+private:
+    void spawn(std::uint32_t n) {
+        std::lock_guard lock(mutex_);
+        if (stopping_.load(std::memory_order_acquire)) return;
+        for (std::uint32_t i = 0; i < n; ++i) {
+            auto w = std::make_unique<Worker>();
+            Worker* raw = w.get();
+            live_.fetch_add(1, std::memory_order_acq_rel);
+            w->thread = std::jthread([this, raw] { loop(*raw); });
+            workers_.push_back(std::move(w));
+            created_.fetch_add(1, std::memory_order_relaxed);
+            const auto live = live_.load(std::memory_order_relaxed);
+            auto peak = peak_.load(std::memory_order_relaxed);
+            while (live > peak && !peak_.compare_exchange_weak(peak, live)) {
+            }
+        }
+    }
+
+    /// A surplus worker leaves: live > target and above min_workers.
+    bool try_retire() noexcept {
+        auto live = live_.load(std::memory_order_relaxed);
+        for (;;) {
+            const auto target = target_.load(std::memory_order_relaxed);
+            if (live <= target || live <= min_) return false;
+            if (live_.compare_exchange_weak(live, live - 1, std::memory_order_acq_rel)) return true;
+        }
+    }
+
+    bool spin_for_work() noexcept {
+        std::uint32_t expected = 0;
+        if (!spinning_.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) return false;
+        const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(20);
+        bool found = false;
+        for (std::uint32_t i = 0; !found; ++i) {
+            if (host_.has_work() || stopping_.load(std::memory_order_relaxed)) found = true;
+            else if ((i & 63) == 63 && std::chrono::steady_clock::now() >= until) break;
+            else cpu_relax();
+        }
+        spinning_.store(0, std::memory_order_release);
+        return found;
+    }
+
+    void park() {
+        const auto e = epoch_.load(std::memory_order_seq_cst);
+        parked_.fetch_add(1, std::memory_order_seq_cst);
+        if (!host_.has_work() && !stopping_.load(std::memory_order_seq_cst) &&
+            live_.load(std::memory_order_relaxed) <= target_.load(std::memory_order_relaxed)) {
+            epoch_.wait(e, std::memory_order_seq_cst);
+        }
+        parked_.fetch_sub(1, std::memory_order_seq_cst);
+    }
+
+    void loop(Worker& w) {
+        bool retired = false;
+        while (!stopping_.load(std::memory_order_acquire)) {
+            if (try_retire()) {
+                retired = true;
+                break;
+            }
+            if (host_.run_one(w)) continue;
+            if (spin_for_work()) continue;
+            park();
+        }
+        // A worker leaving for shutdown still counts in live_; keep the final stats honest.
+        if (!retired) live_.fetch_sub(1, std::memory_order_acq_rel);
+        host_.on_worker_exit(w);
+        w.exited.store(true, std::memory_order_release);
+    }
+
+    Host& host_;
+    const std::uint32_t min_;
+    const std::uint32_t max_;
+    std::mutex mutex_;
+    std::vector<std::unique_ptr<Worker>> workers_;
+    std::uint64_t retired_succeeded_ = 0;
+    std::uint64_t retired_failed_ = 0;
+    std::int64_t retired_busy_ns_ = 0;
+    alignas(64) std::atomic<std::uint32_t> epoch_{0};
+    alignas(64) std::atomic<std::uint32_t> parked_{0};
+    std::atomic<std::uint32_t> spinning_{0};
+    alignas(64) std::atomic<std::uint32_t> live_{0};
+    std::atomic<std::uint32_t> target_{0};
+    std::atomic<std::uint32_t> peak_{0};
+    std::atomic<std::uint64_t> created_{0};
+    std::atomic<bool> stopping_{false};
+};
+
+}  // namespace ax::detail

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Idempotent installer for ax's build/test dependencies on Debian/Ubuntu.
+# Usage: scripts/deps.sh [extra-package ...]
+set -euo pipefail
+
+packages=(
+    build-essential cmake ninja-build g++ clang
+    catch2 libbenchmark-dev libfmt-dev libtbb-dev libasio-dev
+    "$@"
+)
+
+is_installed() {
+    dpkg -s "$1" 2>/dev/null | grep -q '^Status: install ok installed'
+}
+
+missing=()
+for pkg in "${packages[@]}"; do
+    if ! is_installed "$pkg"; then
+        missing+=("$pkg")
+    fi
+done
+
+if [ "${#missing[@]}" -eq 0 ]; then
+    echo "deps.sh: all ${#packages[@]} packages already installed"
+    exit 0
+fi
+
+echo "deps.sh: missing packages: ${missing[*]}"
+
+fail() {
+    echo "deps.sh: ERROR: $1" >&2
+    echo "deps.sh: please install these packages manually: ${missing[*]}" >&2
+    exit 1
+}
+
+command -v apt-get >/dev/null 2>&1 || fail "apt-get not found (not a Debian-based system?)"
+
+SUDO=()
+if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null 2>&1 || fail "not running as root and sudo is not available"
+    SUDO=(sudo)
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+if ! "${SUDO[@]}" apt-get update; then
+    echo "deps.sh: warning: apt-get update failed; trying to install from cached package lists" >&2
+fi
+"${SUDO[@]}" apt-get install -y --no-install-recommends "${missing[@]}" \
+    || fail "apt-get install failed"
+
+still_missing=()
+for pkg in "${missing[@]}"; do
+    is_installed "$pkg" || still_missing+=("$pkg")
+done
+if [ "${#still_missing[@]}" -ne 0 ]; then
+    missing=("${still_missing[@]}")
+    fail "packages still not installed after apt-get install"
+fi
+echo "deps.sh: installed ${#missing[@]} package(s)"
