@@ -152,7 +152,7 @@ struct alignas(64) TaskRecord {
     std::atomic<std::uint32_t> state{0};
     /// Owners: the scheduler until the task leaves history, each handle, each transient pin.
     std::atomic<std::uint32_t> refs{0};
-    std::atomic<std::uint32_t> generation{0};
+    std::atomic<std::uint32_t> generation{1};
     /// Link for the free list and for the priority lanes (slot index + 1; 0 ends a list).
     std::atomic<std::uint32_t> next{0};
     std::uint32_t timeout_ms = 0;

@@ -1,0 +1,538 @@
+// Scheduler as a whole: submit/get, backpressure, cancel and query through every state, history,
+// shutdown, and the "exactly one terminal state" promise.
+#include <array>
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <ax/scheduler.hpp>
+#include <catch2/catch.hpp>
+
+#include "test_support.hpp"
+
+using namespace std::chrono_literals;
+using ax_test::eventually;
+using ax_test::Gate;
+
+namespace {
+
+ax::Config small_config() {
+    ax::Config cfg;
+    cfg.min_workers = 2;
+    cfg.max_workers = 4;
+    cfg.queue_capacity = 1000;
+    cfg.retry_base_delay = 1ms;
+    cfg.retry_jitter = 1ms;
+    return cfg;
+}
+
+ax::Config one_worker(std::uint32_t capacity) {
+    ax::Config cfg;
+    cfg.min_workers = 1;
+    cfg.max_workers = 1;
+    cfg.queue_capacity = capacity;
+    return cfg;
+}
+
+template <class Sched>
+ax::TaskState state_of(Sched& s, ax::TaskId id) {
+    auto info = s.query(id);
+    REQUIRE(info.has_value());
+    return info->state;
+}
+
+}  // namespace
+
+TEST_CASE("submit returns values, runs context and no-context callables", "[scheduler]") {
+    ax::Scheduler sched{small_config()};
+
+    auto a = sched.submit([] { return 6 * 7; });
+    REQUIRE(a);
+    CHECK(a->get() == 42);
+    CHECK_FALSE(a->valid());
+
+    auto b = sched.submit([](ax::TaskContext& ctx) {
+        return std::string(ctx.name()) + "#" + std::to_string(ctx.attempt());
+    }, {.name = "ctx-task"});
+    REQUIRE(b);
+    CHECK(b->get() == "ctx-task#1");
+
+    std::atomic<int> side{0};
+    auto c = sched.submit([&] { side = 1; });
+    REQUIRE(c);
+    c->get();
+    CHECK(side == 1);
+
+    // A capture larger than the inline buffer goes to the heap and still works.
+    std::array<std::uint64_t, 32> big{};
+    big[31] = 99;
+    auto d = sched.submit([big] { return big[31]; });
+    REQUIRE(d);
+    CHECK(d->get() == 99);
+
+    // A result larger than the inline buffer.
+    auto e = sched.submit([] { return std::vector<int>(1000, 3); });
+    REQUIRE(e);
+    CHECK(e->get().size() == 1000);
+
+    // Move-only results and captures.
+    auto p = std::make_unique<int>(5);
+    auto f = sched.submit([p = std::move(p)]() mutable { return std::move(p); });
+    REQUIRE(f);
+    CHECK(*f->get() == 5);
+}
+
+TEST_CASE("exceptions reach the handle; the scheduler keeps running", "[scheduler]") {
+    ax::Scheduler sched{small_config()};
+    auto bad = sched.submit([]() -> int { throw std::runtime_error("broken thumbnail"); },
+                            {.max_retries = 0});
+    REQUIRE(bad);
+    const auto id = bad->id();
+    REQUIRE_THROWS_WITH(bad->get(), "broken thumbnail");
+    auto info = sched.query(id);
+    REQUIRE(info);
+    CHECK(info->state == ax::TaskState::dead_lettered);
+    CHECK(info->last_error == "broken thumbnail");
+    CHECK(info->attempts == 1);
+
+    auto weird = sched.submit([] { throw 42; }, {.max_retries = 0});
+    REQUIRE(weird);
+    try {
+        weird->get();
+        FAIL("expected the int to be rethrown");
+    } catch (int v) {
+        CHECK(v == 42);
+    }
+
+    auto ok = sched.submit([] { return 1; });
+    REQUIRE(ok);
+    CHECK(ok->get() == 1);
+}
+
+TEST_CASE("failed attempts are retried up to max_retries, then dead-lettered", "[scheduler]") {
+    ax::Scheduler sched{small_config()};
+    std::atomic<int> calls{0};
+    auto flaky = sched.submit([&] {
+        if (++calls < 3) throw std::runtime_error("transient");
+        return calls.load();
+    }, {.max_retries = 3});
+    REQUIRE(flaky);
+    CHECK(flaky->get() == 3);
+
+    std::atomic<int> always{0};
+    auto doomed = sched.submit([&]() -> int {
+        ++always;
+        throw std::runtime_error("still down");
+    }, {.max_retries = 2});
+    REQUIRE(doomed);
+    const auto id = doomed->id();
+    REQUIRE_THROWS_WITH(doomed->get(), "still down");
+    CHECK(always == 3);
+    auto info = sched.query(id);
+    REQUIRE(info);
+    CHECK(info->attempts == 3);
+    CHECK(info->state == ax::TaskState::dead_lettered);
+    const auto m = sched.metrics();
+    CHECK(m.totals.retries >= 4);
+    CHECK(m.totals.dead_lettered == 1);
+}
+
+TEST_CASE("backpressure: soft busy at 80 %, ErrQueueFull at capacity, with hints", "[scheduler]") {
+    ax::Scheduler sched{one_worker(10)};
+    Gate gate;
+    auto blocker = sched.submit([&] { gate.wait(); });
+    REQUIRE(blocker);
+    REQUIRE(eventually([&] { return state_of(sched, blocker->id()) == ax::TaskState::running; }));
+
+    std::vector<ax::TaskHandle<void>> admitted;
+    for (int i = 0; i < 8; ++i) {
+        auto h = sched.submit([] {}, {.priority = i % 2 ? ax::Priority::low : ax::Priority::normal});
+        REQUIRE(h);
+        admitted.push_back(std::move(*h));
+    }
+    auto busy = sched.submit([] {}, {.priority = ax::Priority::normal});
+    REQUIRE_FALSE(busy);
+    CHECK(busy.error().code == ax::ErrBusy);
+    CHECK(busy.error().queue_length == 8);
+    CHECK(busy.error().capacity == 10);
+    CHECK(busy.error().retryable());
+    CHECK(busy.error().retry_after > 0us);
+    CHECK(busy.error().retry_after <= 60s);
+    auto busy_low = sched.submit([] {}, {.priority = ax::Priority::low});
+    REQUIRE_FALSE(busy_low);
+    CHECK(busy_low.error().code == ax::Errc::busy);
+
+    // High is still admitted up to capacity.
+    for (int i = 0; i < 2; ++i) {
+        auto h = sched.submit([] {}, {.priority = ax::Priority::high});
+        REQUIRE(h);
+        admitted.push_back(std::move(*h));
+    }
+    auto full = sched.submit([] {}, {.priority = ax::Priority::high});
+    REQUIRE_FALSE(full);
+    CHECK(full.error().code == ax::ErrQueueFull);
+    CHECK(full.error().queue_length == 10);
+    CHECK(full.error().retry_after > 0us);
+    CHECK(full.error().message().find("10/10") != std::string::npos);
+
+    auto m = sched.metrics();
+    CHECK(m.queue_length_total == 10);
+    CHECK(m.queue_length[0] == 2);
+    CHECK(m.queue_length[1] == 4);
+    CHECK(m.queue_length[2] == 4);
+    CHECK(m.totals.rejected == 3);
+
+    gate.open();
+    for (auto& h : admitted) h.get();
+    blocker->get();
+    // Once drained, submits are admitted again.
+    auto again = sched.submit([] { return 1; });
+    REQUIRE(again);
+    CHECK(again->get() == 1);
+}
+
+TEST_CASE("retry_after follows the measured drain rate", "[scheduler]") {
+    auto cfg = one_worker(4);
+    cfg.soft_limit_ratio = 1.0;
+    ax::Scheduler sched{cfg};
+    // Measure a drain rate of roughly 200 tasks/s (5 ms each) for a little while.
+    for (int round = 0; round < 30; ++round) {
+        auto h = sched.submit([] { std::this_thread::sleep_for(5ms); });
+        REQUIRE(h);
+        h->get();
+    }
+    REQUIRE(eventually([&] { return sched.metrics().drain_rate > 0.0; }));
+    Gate gate;
+    std::vector<ax::TaskHandle<void>> hs;
+    auto blocker = sched.submit([&] { gate.wait(); });
+    REQUIRE(blocker);
+    REQUIRE(eventually([&] { return state_of(sched, blocker->id()) == ax::TaskState::running; }));
+    for (int i = 0; i < 4; ++i) hs.push_back(std::move(*sched.submit([] {})));
+    auto full = sched.submit([] {});
+    REQUIRE_FALSE(full);
+    const double rate = sched.metrics().drain_rate;
+    const auto expected = std::chrono::microseconds(static_cast<std::int64_t>(1e6 / rate));
+    // One slot must drain: the hint is 1/rate, give or take the rate moving between the reads.
+    CHECK(full.error().retry_after.count() > expected.count() / 4);
+    CHECK(full.error().retry_after.count() < expected.count() * 4);
+    gate.open();
+    for (auto& h : hs) h.get();
+}
+
+TEST_CASE("invalid options and submits after shutdown are refused with a reason", "[scheduler]") {
+    ax::Scheduler sched{small_config()};
+    auto neg = sched.submit([] {}, {.timeout = -5ms});
+    REQUIRE_FALSE(neg);
+    CHECK(neg.error().code == ax::Errc::invalid_options);
+    CHECK(neg.error().detail.find("timeout") != std::string::npos);
+    CHECK_FALSE(neg.error().retryable());
+
+    auto retries = sched.submit([] {}, {.max_retries = 1000});
+    REQUIRE_FALSE(retries);
+    CHECK(retries.error().detail.find("max_retries") != std::string::npos);
+
+    auto prio = sched.submit([] {}, {.priority = static_cast<ax::Priority>(7)});
+    REQUIRE_FALSE(prio);
+    CHECK(prio.error().detail.find("priority") != std::string::npos);
+
+    auto group = sched.submit([] {}, {.group = ax::GroupId{99}});
+    REQUIRE_FALSE(group);
+    CHECK(group.error().detail.find("group") != std::string::npos);
+
+    const auto g = sched.group("thumbnails");
+    CHECK(sched.group("thumbnails") == g);
+    CHECK(sched.group_name(g) == "thumbnails");
+    auto grouped = sched.submit([] { return 3; }, {.group = g});
+    REQUIRE(grouped);
+    const auto gid = grouped->id();
+    CHECK(grouped->get() == 3);
+    CHECK(sched.query(gid)->group == g);
+
+    REQUIRE(sched.shutdown());
+    auto late = sched.submit([] {});
+    REQUIRE_FALSE(late);
+    CHECK(late.error().code == ax::Errc::shutting_down);
+    auto late_post = sched.post([] {});
+    REQUIRE_FALSE(late_post);
+    CHECK(late_post.error().code == ax::Errc::shutting_down);
+    CHECK(sched.metrics().totals.refused_other == 6);
+}
+
+TEST_CASE("cancel in every state", "[scheduler]") {
+    auto cfg = one_worker(100);
+    cfg.retry_base_delay = 1h;  // a failed attempt stays waiting_retry for the whole test
+    ax::Scheduler sched{cfg};
+
+    SECTION("queued: cancelled at once, never runs") {
+        Gate gate;
+        auto blocker = sched.submit([&] { gate.wait(); });
+        REQUIRE(blocker);
+        REQUIRE(eventually([&] { return blocker->state() == ax::TaskState::running; }));
+        std::atomic<bool> ran{false};
+        auto victim = sched.submit([&] { ran = true; });
+        REQUIRE(victim);
+        CHECK(sched.cancel(victim->id()));
+        CHECK(victim->state() == ax::TaskState::cancelled);
+        CHECK(sched.metrics().queue_length_total == 0);
+        CHECK_FALSE(sched.cancel(victim->id()));  // already finished
+        gate.open();
+        blocker->get();
+        REQUIRE_THROWS_AS(victim->get(), ax::TaskCancelled);
+        CHECK_FALSE(ran);
+    }
+    SECTION("running: stop is requested, ends cancelled when the body returns") {
+        std::atomic<bool> saw_stop{false};
+        auto h = sched.submit([&](ax::TaskContext& ctx) {
+            while (!ctx.stop_requested()) std::this_thread::sleep_for(100us);
+            saw_stop = ctx.stop_token().stop_requested();
+            return 1;
+        });
+        REQUIRE(h);
+        REQUIRE(eventually([&] { return state_of(sched, h->id()) == ax::TaskState::running; }));
+        CHECK(sched.cancel(h->id()));
+        CHECK(sched.query(h->id())->cancel_requested);
+        CHECK(sched.cancel(h->id()));  // idempotent while running
+        REQUIRE_THROWS_AS(h->get(), ax::TaskCancelled);
+        CHECK(saw_stop);
+    }
+    SECTION("waiting_retry: cancelled at once, never retried") {
+        std::atomic<int> calls{0};
+        auto h = sched.submit([&] {
+            ++calls;
+            throw std::runtime_error("fail once");
+        }, {.max_retries = 2});
+        REQUIRE(h);
+        REQUIRE(eventually([&] { return h->state() == ax::TaskState::waiting_retry; }));
+        CHECK(sched.metrics().waiting_retry == 1);
+        CHECK(sched.cancel(h->id()));
+        CHECK(h->state() == ax::TaskState::cancelled);
+        CHECK(sched.metrics().waiting_retry == 0);
+        REQUIRE_THROWS_AS(h->get(), ax::TaskCancelled);
+        CHECK(calls == 1);
+    }
+    SECTION("finished or unknown: false") {
+        auto h = sched.submit([] { return 2; });
+        REQUIRE(h);
+        const auto id = h->id();
+        CHECK(h->get() == 2);
+        CHECK_FALSE(sched.cancel(id));
+        CHECK_FALSE(sched.cancel(ax::TaskId{}));
+        CHECK_FALSE(sched.cancel(ax::TaskId::make(12345, 7)));
+    }
+}
+
+TEST_CASE("query follows a task through every state", "[scheduler]") {
+    auto cfg = one_worker(100);
+    cfg.retry_base_delay = 50ms;
+    cfg.retry_jitter = 0ms;
+    ax::Scheduler sched{cfg};
+    Gate first_gate, second_gate;
+    std::atomic<int> attempt{0};
+    const auto before = std::chrono::steady_clock::now();
+
+    Gate blocker_gate;
+    auto blocker = sched.submit([&] { blocker_gate.wait(); });
+    REQUIRE(blocker);
+    auto h = sched.submit([&](ax::TaskContext& ctx) {
+        ++attempt;
+        if (ctx.attempt() == 1) {
+            first_gate.wait();
+            throw std::runtime_error("first attempt fails");
+        }
+        second_gate.wait();
+        return 5;
+    }, {.name = "tracked", .priority = ax::Priority::high, .max_retries = 1});
+    REQUIRE(h);
+    const auto id = h->id();
+
+    auto q = sched.query(id);
+    REQUIRE(q);
+    CHECK(q->state == ax::TaskState::queued);
+    CHECK(q->name == "tracked");
+    CHECK(q->priority == ax::Priority::high);
+    CHECK(q->attempts == 0);
+    CHECK(q->max_retries == 1);
+    CHECK(q->enqueued >= before);
+
+    blocker_gate.open();
+    REQUIRE(eventually([&] { return sched.query(id)->state == ax::TaskState::running; }));
+    CHECK(sched.query(id)->attempts == 1);
+    CHECK(sched.query(id)->started >= sched.query(id)->enqueued);
+
+    first_gate.open();
+    REQUIRE(eventually([&] { return sched.query(id)->state == ax::TaskState::waiting_retry; }));
+    q = sched.query(id);
+    CHECK(q->last_error == "first attempt fails");
+    CHECK(q->retry_due > q->started);
+
+    REQUIRE(eventually([&] { return sched.query(id)->state == ax::TaskState::running; }));
+    CHECK(sched.query(id)->attempts == 2);
+    second_gate.open();
+    CHECK(h->get() == 5);
+    q = sched.query(id);
+    REQUIRE(q);
+    CHECK(q->state == ax::TaskState::succeeded);
+    CHECK(q->finished >= q->started);
+    CHECK(q->attempts == 2);
+    CHECK(attempt == 2);
+}
+
+TEST_CASE("finished tasks stay queryable for a bounded history", "[scheduler]") {
+    auto cfg = one_worker(100);
+    cfg.history_capacity = 4;
+    ax::Scheduler sched{cfg};
+    std::vector<ax::TaskId> ids;
+    for (int i = 0; i < 12; ++i) {
+        auto id = sched.post([] {});
+        REQUIRE(id);
+        ids.push_back(*id);
+    }
+    REQUIRE(eventually([&] { return sched.metrics().totals.succeeded == 12; }));
+    // The oldest are forgotten once the worker has handed its finished batch to history.
+    REQUIRE(eventually([&] { return !sched.query(ids[0]).has_value(); }));
+    for (int i = 0; i < 8; ++i) CHECK_FALSE(sched.query(ids[static_cast<std::size_t>(i)]));
+    for (int i = 8; i < 12; ++i) {
+        auto q = sched.query(ids[static_cast<std::size_t>(i)]);
+        REQUIRE(q);
+        CHECK(q->state == ax::TaskState::succeeded);
+    }
+    // A handle keeps its own task's result alive beyond the history.
+    auto held = sched.submit([] { return 77; });
+    REQUIRE(held);
+    for (int i = 0; i < 10; ++i) REQUIRE(sched.post([] {}));
+    REQUIRE(eventually([&] { return sched.metrics().totals.succeeded == 23; }));
+    CHECK(held->get() == 77);
+}
+
+TEST_CASE("a handle outlives its scheduler", "[scheduler]") {
+    std::optional<ax::TaskHandle<int>> h;
+    {
+        ax::Scheduler sched{small_config()};
+        auto r = sched.submit([] {
+            std::this_thread::sleep_for(5ms);
+            return 11;
+        });
+        REQUIRE(r);
+        h.emplace(std::move(*r));
+    }  // drains
+    CHECK(h->ready());
+    CHECK(h->get() == 11);
+}
+
+TEST_CASE("wait_for times out on a blocked task and succeeds later", "[scheduler]") {
+    ax::Scheduler sched{small_config()};
+    Gate gate;
+    auto h = sched.submit([&] { gate.wait(); });
+    REQUIRE(h);
+    CHECK_FALSE(h->wait_for(20ms));
+    gate.open();
+    CHECK(h->wait_for(20s));
+    CHECK(h->state() == ax::TaskState::succeeded);
+}
+
+TEST_CASE("shutdown(cancel) cancels queued and retrying tasks, stops running ones", "[scheduler]") {
+    auto cfg = one_worker(100);
+    cfg.retry_base_delay = 1h;
+    ax::Scheduler sched{cfg};
+    auto retrying = sched.submit([] { throw std::runtime_error("x"); }, {.max_retries = 1});
+    REQUIRE(retrying);
+    REQUIRE(eventually([&] { return retrying->state() == ax::TaskState::waiting_retry; }));
+    auto running = sched.submit([](ax::TaskContext& ctx) {
+        while (!ctx.stop_requested()) std::this_thread::sleep_for(100us);
+    });
+    REQUIRE(running);
+    REQUIRE(eventually([&] { return running->state() == ax::TaskState::running; }));
+    std::vector<ax::TaskHandle<void>> queued;
+    for (int i = 0; i < 20; ++i) queued.push_back(std::move(*sched.submit([] {})));
+
+    CHECK(sched.shutdown(ax::ShutdownMode::cancel, 20s));
+    CHECK(retrying->state() == ax::TaskState::cancelled);
+    CHECK(running->state() == ax::TaskState::cancelled);
+    for (auto& q : queued) CHECK(q.state() == ax::TaskState::cancelled);
+    const auto m = sched.metrics();
+    CHECK(m.totals.cancelled == 22);
+    CHECK(m.totals.submitted == m.totals.succeeded + m.totals.dead_lettered + m.totals.cancelled);
+}
+
+TEST_CASE("shutdown(drain) finishes queued work and retries", "[scheduler]") {
+    auto cfg = small_config();
+    ax::Scheduler sched{cfg};
+    std::atomic<int> done{0};
+    std::atomic<int> flaky{0};
+    for (int i = 0; i < 200; ++i) {
+        REQUIRE(sched.post([&] {
+            std::this_thread::sleep_for(50us);
+            ++done;
+        }));
+    }
+    REQUIRE(sched.post([&] {
+        if (++flaky < 3) throw std::runtime_error("again");
+        ++done;
+    }));
+    CHECK(sched.shutdown(ax::ShutdownMode::drain));
+    CHECK(done == 201);
+    CHECK(sched.metrics().workers.current == 0);
+}
+
+TEST_CASE("every submitted task reaches exactly one terminal state", "[scheduler]") {
+    auto cfg = small_config();
+    cfg.queue_capacity = 64;
+    ax::Scheduler sched{cfg};
+    constexpr int producers = 4;
+    constexpr int per_producer = 1500;
+    std::mutex mu;
+    std::vector<ax::TaskHandle<int>> handles;
+    std::atomic<std::uint64_t> refused{0};
+    std::atomic<std::uint64_t> unexpected{0};
+    std::vector<std::thread> threads;
+    for (int p = 0; p < producers; ++p) {
+        threads.emplace_back([&, p] {
+            std::mt19937 rng(static_cast<unsigned>(p));
+            std::vector<ax::TaskHandle<int>> mine;
+            for (int i = 0; i < per_producer; ++i) {
+                const int kind = static_cast<int>(rng() % 4);
+                auto r = sched.submit([kind](ax::TaskContext& ctx) -> int {
+                    if (kind == 1) throw std::runtime_error("fails");
+                    if (kind == 2 && ctx.attempt() == 1) throw std::runtime_error("once");
+                    return kind;
+                }, {.priority = static_cast<ax::Priority>(rng() % 3),
+                    .max_retries = static_cast<int>(rng() % 3)});
+                if (!r) {
+                    if (!r.error().retryable()) ++unexpected;  // Catch is not thread-safe
+                    ++refused;
+                    std::this_thread::sleep_for(r.error().retry_after);
+                    continue;
+                }
+                if (rng() % 5 == 0) sched.cancel(r->id());
+                mine.push_back(std::move(*r));
+            }
+            std::lock_guard lock(mu);
+            for (auto& h : mine) handles.push_back(std::move(h));
+        });
+    }
+    for (auto& t : threads) t.join();
+    CHECK(unexpected == 0);
+    std::uint64_t ok = 0, dead = 0, cancelled = 0;
+    for (auto& h : handles) {
+        REQUIRE(h.wait_for(30s));
+        switch (h.state()) {
+            case ax::TaskState::succeeded: ++ok; break;
+            case ax::TaskState::dead_lettered: ++dead; break;
+            case ax::TaskState::cancelled: ++cancelled; break;
+            default: FAIL("non-terminal state after wait");
+        }
+    }
+    const auto m = sched.metrics();
+    CHECK(m.totals.submitted == handles.size());
+    CHECK(m.totals.submitted + refused == producers * per_producer);
+    CHECK(m.totals.rejected == refused);
+    CHECK(m.totals.succeeded == ok);
+    CHECK(m.totals.dead_lettered == dead);
+    CHECK(m.totals.cancelled == cancelled);
+    CHECK(ok + dead + cancelled == handles.size());
+}

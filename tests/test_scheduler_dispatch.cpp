@@ -1,0 +1,252 @@
+// Dispatch order of the whole scheduler: 3:2:1 shares under saturation, anti-starvation, and
+// the adaptive pool (controller policy, growth, shrink without interruption).
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <vector>
+
+#include <ax/scheduler.hpp>
+#include <catch2/catch.hpp>
+
+#include "test_support.hpp"
+
+using namespace std::chrono_literals;
+using ax_test::eventually;
+using ax_test::Gate;
+
+namespace {
+
+/// A controller policy whose target the test sets, proving the Controller parameter is honoured.
+struct ManualController {
+    explicit ManualController(const ax::Config&) {}
+    std::uint32_t operator()(const ax::ControllerInput&) const { return wanted().load(); }
+    static std::atomic<std::uint32_t>& wanted() {
+        static std::atomic<std::uint32_t> w{1};
+        return w;
+    }
+};
+
+}  // namespace
+
+TEST_CASE("one saturated worker dispatches High:Normal:Low as 3:2:1", "[scheduler][dispatch]") {
+    ax::Config cfg;
+    cfg.min_workers = 1;
+    cfg.max_workers = 1;
+    cfg.queue_capacity = 20000;
+    cfg.max_wait = std::chrono::hours(1);  // measure the ring alone
+    ax::Scheduler sched{cfg};
+
+    Gate gate;
+    auto blocker = sched.submit([&] { gate.wait(); }, {.priority = ax::Priority::high});
+    REQUIRE(blocker);
+    REQUIRE(eventually([&] { return blocker->state() == ax::TaskState::running; }));
+
+    constexpr int per_lane = 3000;
+    std::vector<int> order;
+    order.reserve(3 * per_lane);
+    std::mutex mu;
+    for (int i = 0; i < per_lane; ++i) {
+        for (int p = 0; p < 3; ++p) {
+            auto r = sched.post([&order, &mu, p] {
+                std::lock_guard lock(mu);
+                order.push_back(p);
+            }, {.priority = static_cast<ax::Priority>(p)});
+            REQUIRE(r);
+        }
+    }
+    gate.open();
+    REQUIRE(eventually([&] {
+        std::lock_guard lock(mu);
+        return order.size() == 3 * per_lane;
+    }));
+    // While all three lanes are non-empty (the first 6000 dispatches) the shares are 3:2:1.
+    const std::size_t window = 6000;
+    std::array<double, 3> share{};
+    for (std::size_t i = 0; i < window; ++i) share[static_cast<std::size_t>(order[i])] += 1;
+    CHECK(share[0] / window == Approx(3.0 / 6).margin(0.05 * 3 / 6));
+    CHECK(share[1] / window == Approx(2.0 / 6).margin(0.05 * 2 / 6));
+    CHECK(share[2] / window == Approx(1.0 / 6).margin(0.05 * 1 / 6));
+    // And each lane is FIFO-complete: everything ran.
+    CHECK(std::count(order.begin(), order.end(), 2) == per_lane);
+}
+
+TEST_CASE("weights are configurable", "[scheduler][dispatch]") {
+    ax::Config cfg;
+    cfg.min_workers = 1;
+    cfg.max_workers = 1;
+    cfg.queue_capacity = 5000;
+    cfg.weight_high = 1;
+    cfg.weight_normal = 1;
+    cfg.weight_low = 2;
+    cfg.max_wait = std::chrono::hours(1);
+    ax::Scheduler sched{cfg};
+    Gate gate;
+    auto blocker = sched.submit([&] { gate.wait(); });
+    REQUIRE(blocker);
+    REQUIRE(eventually([&] { return blocker->state() == ax::TaskState::running; }));
+    std::vector<int> order;
+    std::mutex mu;
+    for (int i = 0; i < 1000; ++i)
+        for (int p = 0; p < 3; ++p)
+            REQUIRE(sched.post([&order, &mu, p] {
+                std::lock_guard lock(mu);
+                order.push_back(p);
+            }, {.priority = static_cast<ax::Priority>(p)}));
+    gate.open();
+    REQUIRE(eventually([&] {
+        std::lock_guard lock(mu);
+        return order.size() == 3000;
+    }));
+    const auto lows = std::count(order.begin(), order.begin() + 2000, 2);
+    CHECK(lows == 1000);  // 1:1:2 over the first 2000 dispatches: Low has half
+}
+
+TEST_CASE("a low task is not starved past max_wait", "[scheduler][dispatch]") {
+    using Sched = ax::Scheduler<ax::ManualClock>;
+    ax::Config cfg;
+    cfg.min_workers = 1;
+    cfg.max_workers = 1;
+    cfg.queue_capacity = 1000;
+    cfg.max_wait = 1s;
+    Sched sched{cfg};
+    Gate gate;
+    // The blocker is low so the ring's cursor sits at the end of Low's share: the ring alone
+    // would serve High three times before Low.
+    auto blocker = sched.submit([&] { gate.wait(); }, {.priority = ax::Priority::low});
+    REQUIRE(blocker);
+    REQUIRE(eventually([&] { return blocker->state() == ax::TaskState::running; }));
+
+    std::vector<int> order;
+    std::mutex mu;
+    auto record = [&](int tag) {
+        return [&order, &mu, tag] {
+            std::lock_guard lock(mu);
+            order.push_back(tag);
+        };
+    };
+    REQUIRE(sched.post(record(-1), {.priority = ax::Priority::low}));
+    ax::ManualClock::advance(2s);  // the low task is now over its budget
+    for (int i = 0; i < 100; ++i) REQUIRE(sched.post(record(i), {.priority = ax::Priority::high}));
+    gate.open();
+    REQUIRE(eventually([&] {
+        std::lock_guard lock(mu);
+        return order.size() == 101;
+    }));
+    CHECK(order.front() == -1);  // the ring alone would have served three highs first
+    CHECK(sched.metrics().totals.starvation_picks == 1);
+}
+
+TEST_CASE("without max_wait pressure the ring serves high first", "[scheduler][dispatch]") {
+    using Sched = ax::Scheduler<ax::ManualClock>;
+    ax::Config cfg;
+    cfg.min_workers = 1;
+    cfg.max_workers = 1;
+    cfg.queue_capacity = 1000;
+    cfg.max_wait = 10s;
+    Sched sched{cfg};
+    Gate gate;
+    auto blocker = sched.submit([&] { gate.wait(); }, {.priority = ax::Priority::low});
+    REQUIRE(blocker);
+    REQUIRE(eventually([&] { return blocker->state() == ax::TaskState::running; }));
+    std::vector<int> order;
+    std::mutex mu;
+    auto record = [&](int tag) {
+        return [&order, &mu, tag] {
+            std::lock_guard lock(mu);
+            order.push_back(tag);
+        };
+    };
+    REQUIRE(sched.post(record(-1), {.priority = ax::Priority::low}));
+    ax::ManualClock::advance(2s);
+    for (int i = 0; i < 10; ++i) REQUIRE(sched.post(record(i), {.priority = ax::Priority::high}));
+    gate.open();
+    REQUIRE(eventually([&] {
+        std::lock_guard lock(mu);
+        return order.size() == 11;
+    }));
+    CHECK(std::find(order.begin(), order.end(), -1) - order.begin() == 3);
+    CHECK(sched.metrics().totals.starvation_picks == 0);
+}
+
+TEST_CASE("the Little's-Law controller grows the target by at most +10 per round",
+          "[scheduler][pool]") {
+    using Sched = ax::Scheduler<ax::ManualClock>;
+    ax::Config cfg;
+    cfg.min_workers = 1;
+    cfg.max_workers = 40;
+    cfg.queue_capacity = 1000;
+    cfg.controller_interval = 2s;
+    Sched sched{cfg};
+    Gate gate;
+    std::vector<ax::TaskHandle<void>> hs;
+    for (int i = 0; i < 500; ++i) hs.push_back(std::move(*sched.submit([&] { gate.wait(); })));
+    // Queue ~ 499 over drain 5 s asks for ~100 workers; steps are capped at +10 per round.
+    CHECK(sched.metrics().workers.target == 1);
+    ax::ManualClock::advance(2s);
+    REQUIRE(eventually([&] { return sched.metrics().workers.target == 11; }));
+    // Growth creates threads toward the target because queued work exceeds idle workers.
+    REQUIRE(eventually([&] { return sched.metrics().workers.current == 11; }));
+    ax::ManualClock::advance(2s);
+    REQUIRE(eventually([&] { return sched.metrics().workers.target == 21; }));
+    REQUIRE(eventually([&] { return sched.metrics().workers.current == 21; }));
+    REQUIRE(eventually([&] { return sched.metrics().workers.busy == 21; }));
+    const auto m = sched.metrics();
+    CHECK(m.workers.peak == 21);
+    CHECK(m.workers.created == 21);
+    gate.open();
+    for (auto& h : hs) h.get();
+}
+
+TEST_CASE("a shrink never interrupts a running task", "[scheduler][pool]") {
+    using Sched = ax::Scheduler<std::chrono::steady_clock, ManualController>;
+    ax::Config cfg;
+    cfg.min_workers = 1;
+    cfg.max_workers = 8;
+    cfg.queue_capacity = 100;
+    cfg.dispatch_interval = 1ms;
+    cfg.controller_interval = 1ms;
+    ManualController::wanted() = 6;
+    Sched sched{cfg};
+    Gate gate;
+    std::atomic<int> started{0};
+    std::vector<ax::TaskHandle<bool>> hs;
+    for (int i = 0; i < 6; ++i) {
+        hs.push_back(std::move(*sched.submit([&](ax::TaskContext& ctx) {
+            ++started;
+            gate.wait();
+            return ctx.stop_requested();
+        })));
+    }
+    REQUIRE(eventually([&] { return started == 6; }));
+    CHECK(sched.metrics().workers.current == 6);
+
+    ManualController::wanted() = 1;
+    REQUIRE(eventually([&] { return sched.metrics().workers.target == 1; }));
+    std::this_thread::sleep_for(20ms);
+    // Every task is still running: nobody was interrupted to meet the smaller target.
+    CHECK(sched.metrics().workers.current == 6);
+    CHECK(sched.metrics().workers.busy == 6);
+    for (auto& h : hs) CHECK(h.state() == ax::TaskState::running);
+
+    gate.open();
+    for (auto& h : hs) CHECK_FALSE(h.get());  // succeeded, and no stop was ever requested
+    REQUIRE(eventually([&] { return sched.metrics().workers.current == 1; }));
+    CHECK(sched.metrics().totals.succeeded == 6);
+    CHECK(sched.metrics().totals.cancelled == 0);
+}
+
+TEST_CASE("invalid configs are rejected at construction, naming the field", "[scheduler]") {
+    ax::Config cfg;
+    cfg.min_workers = 10;
+    cfg.max_workers = 2;
+    REQUIRE_THROWS_WITH(ax::Scheduler<>{cfg}, Catch::Contains("min_workers") && Catch::Contains("10"));
+    ax::Config zero;
+    zero.queue_capacity = 0;
+    REQUIRE_THROWS_WITH(ax::Scheduler<>{zero}, Catch::Contains("queue_capacity"));
+    ax::Config weights;
+    weights.weight_normal = 0;
+    REQUIRE_THROWS_WITH(ax::Scheduler<>{weights}, Catch::Contains("weight_normal"));
+    ax::Config neg;
+    neg.retry_base_delay = -1ms;
+    REQUIRE_THROWS_WITH(ax::Scheduler<>{neg}, Catch::Contains("retry_base_delay"));
+}
