@@ -1,7 +1,11 @@
 // Scheduler as a whole: submit/get, backpressure, cancel and query through every state, history,
 // shutdown, and the "exactly one terminal state" promise.
+#include "test_support.hpp"
+
 #include <array>
 #include <atomic>
+#include <ax/scheduler.hpp>
+#include <catch2/catch.hpp>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -9,11 +13,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <ax/scheduler.hpp>
-#include <catch2/catch.hpp>
-
-#include "test_support.hpp"
 
 using namespace std::chrono_literals;
 using ax_test::eventually;
@@ -39,14 +38,13 @@ ax::Config one_worker(std::uint32_t capacity) {
     return cfg;
 }
 
-template <class Sched>
-ax::TaskState state_of(Sched& s, ax::TaskId id) {
+template <class Sched> ax::TaskState state_of(Sched& s, ax::TaskId id) {
     auto info = s.query(id);
     REQUIRE(info.has_value());
     return info->state;
 }
 
-}  // namespace
+} // namespace
 
 TEST_CASE("submit returns values, runs context and no-context callables", "[scheduler]") {
     ax::Scheduler sched{small_config()};
@@ -56,9 +54,11 @@ TEST_CASE("submit returns values, runs context and no-context callables", "[sche
     CHECK(a->get() == 42);
     CHECK_FALSE(a->valid());
 
-    auto b = sched.submit([](ax::TaskContext& ctx) {
-        return std::string(ctx.name()) + "#" + std::to_string(ctx.attempt());
-    }, {.name = "ctx-task"});
+    auto b = sched.submit(
+        [](ax::TaskContext& ctx) {
+            return std::string(ctx.name()) + "#" + std::to_string(ctx.attempt());
+        },
+        {.name = "ctx-task"});
     REQUIRE(b);
     CHECK(b->get() == "ctx-task#1");
 
@@ -117,18 +117,23 @@ TEST_CASE("exceptions reach the handle; the scheduler keeps running", "[schedule
 TEST_CASE("failed attempts are retried up to max_retries, then dead-lettered", "[scheduler]") {
     ax::Scheduler sched{small_config()};
     std::atomic<int> calls{0};
-    auto flaky = sched.submit([&] {
-        if (++calls < 3) throw std::runtime_error("transient");
-        return calls.load();
-    }, {.max_retries = 3});
+    auto flaky = sched.submit(
+        [&] {
+            if (++calls < 3)
+                throw std::runtime_error("transient");
+            return calls.load();
+        },
+        {.max_retries = 3});
     REQUIRE(flaky);
     CHECK(flaky->get() == 3);
 
     std::atomic<int> always{0};
-    auto doomed = sched.submit([&]() -> int {
-        ++always;
-        throw std::runtime_error("still down");
-    }, {.max_retries = 2});
+    auto doomed = sched.submit(
+        [&]() -> int {
+            ++always;
+            throw std::runtime_error("still down");
+        },
+        {.max_retries = 2});
     REQUIRE(doomed);
     const auto id = doomed->id();
     REQUIRE_THROWS_WITH(doomed->get(), "still down");
@@ -151,7 +156,8 @@ TEST_CASE("backpressure: soft busy at 80 %, ErrQueueFull at capacity, with hints
 
     std::vector<ax::TaskHandle<void>> admitted;
     for (int i = 0; i < 8; ++i) {
-        auto h = sched.submit([] {}, {.priority = i % 2 ? ax::Priority::low : ax::Priority::normal});
+        auto h =
+            sched.submit([] {}, {.priority = i % 2 ? ax::Priority::low : ax::Priority::normal});
         REQUIRE(h);
         admitted.push_back(std::move(*h));
     }
@@ -188,7 +194,8 @@ TEST_CASE("backpressure: soft busy at 80 %, ErrQueueFull at capacity, with hints
     CHECK(m.totals.rejected == 3);
 
     gate.open();
-    for (auto& h : admitted) h.get();
+    for (auto& h : admitted)
+        h.get();
     blocker->get();
     // Once drained, submits are admitted again.
     auto again = sched.submit([] { return 1; });
@@ -212,7 +219,8 @@ TEST_CASE("retry_after follows the measured drain rate", "[scheduler]") {
     auto blocker = sched.submit([&] { gate.wait(); });
     REQUIRE(blocker);
     REQUIRE(eventually([&] { return state_of(sched, blocker->id()) == ax::TaskState::running; }));
-    for (int i = 0; i < 4; ++i) hs.push_back(std::move(*sched.submit([] {})));
+    for (int i = 0; i < 4; ++i)
+        hs.push_back(std::move(*sched.submit([] {})));
     auto full = sched.submit([] {});
     REQUIRE_FALSE(full);
     const double rate = sched.metrics().drain_rate;
@@ -221,7 +229,8 @@ TEST_CASE("retry_after follows the measured drain rate", "[scheduler]") {
     CHECK(full.error().retry_after.count() > expected.count() / 4);
     CHECK(full.error().retry_after.count() < expected.count() * 4);
     gate.open();
-    for (auto& h : hs) h.get();
+    for (auto& h : hs)
+        h.get();
 }
 
 TEST_CASE("invalid options and submits after shutdown are refused with a reason", "[scheduler]") {
@@ -265,7 +274,7 @@ TEST_CASE("invalid options and submits after shutdown are refused with a reason"
 
 TEST_CASE("cancel in every state", "[scheduler]") {
     auto cfg = one_worker(100);
-    cfg.retry_base_delay = 1h;  // a failed attempt stays waiting_retry for the whole test
+    cfg.retry_base_delay = 1h; // a failed attempt stays waiting_retry for the whole test
     ax::Scheduler sched{cfg};
 
     SECTION("queued: cancelled at once, never runs") {
@@ -279,7 +288,7 @@ TEST_CASE("cancel in every state", "[scheduler]") {
         CHECK(sched.cancel(victim->id()));
         CHECK(victim->state() == ax::TaskState::cancelled);
         CHECK(sched.metrics().queue_length_total == 0);
-        CHECK_FALSE(sched.cancel(victim->id()));  // already finished
+        CHECK_FALSE(sched.cancel(victim->id())); // already finished
         gate.open();
         blocker->get();
         REQUIRE_THROWS_AS(victim->get(), ax::TaskCancelled);
@@ -288,7 +297,8 @@ TEST_CASE("cancel in every state", "[scheduler]") {
     SECTION("running: stop is requested, ends cancelled when the body returns") {
         std::atomic<bool> saw_stop{false};
         auto h = sched.submit([&](ax::TaskContext& ctx) {
-            while (!ctx.stop_requested()) std::this_thread::sleep_for(100us);
+            while (!ctx.stop_requested())
+                std::this_thread::sleep_for(100us);
             saw_stop = ctx.stop_token().stop_requested();
             return 1;
         });
@@ -296,16 +306,18 @@ TEST_CASE("cancel in every state", "[scheduler]") {
         REQUIRE(eventually([&] { return state_of(sched, h->id()) == ax::TaskState::running; }));
         CHECK(sched.cancel(h->id()));
         CHECK(sched.query(h->id())->cancel_requested);
-        CHECK(sched.cancel(h->id()));  // idempotent while running
+        CHECK(sched.cancel(h->id())); // idempotent while running
         REQUIRE_THROWS_AS(h->get(), ax::TaskCancelled);
         CHECK(saw_stop);
     }
     SECTION("waiting_retry: cancelled at once, never retried") {
         std::atomic<int> calls{0};
-        auto h = sched.submit([&] {
-            ++calls;
-            throw std::runtime_error("fail once");
-        }, {.max_retries = 2});
+        auto h = sched.submit(
+            [&] {
+                ++calls;
+                throw std::runtime_error("fail once");
+            },
+            {.max_retries = 2});
         REQUIRE(h);
         REQUIRE(eventually([&] { return h->state() == ax::TaskState::waiting_retry; }));
         CHECK(sched.metrics().waiting_retry == 1);
@@ -338,15 +350,17 @@ TEST_CASE("query follows a task through every state", "[scheduler]") {
     Gate blocker_gate;
     auto blocker = sched.submit([&] { blocker_gate.wait(); });
     REQUIRE(blocker);
-    auto h = sched.submit([&](ax::TaskContext& ctx) {
-        ++attempt;
-        if (ctx.attempt() == 1) {
-            first_gate.wait();
-            throw std::runtime_error("first attempt fails");
-        }
-        second_gate.wait();
-        return 5;
-    }, {.name = "tracked", .priority = ax::Priority::high, .max_retries = 1});
+    auto h = sched.submit(
+        [&](ax::TaskContext& ctx) {
+            ++attempt;
+            if (ctx.attempt() == 1) {
+                first_gate.wait();
+                throw std::runtime_error("first attempt fails");
+            }
+            second_gate.wait();
+            return 5;
+        },
+        {.name = "tracked", .priority = ax::Priority::high, .max_retries = 1});
     REQUIRE(h);
     const auto id = h->id();
 
@@ -395,7 +409,8 @@ TEST_CASE("finished tasks stay queryable for a bounded history", "[scheduler]") 
     REQUIRE(eventually([&] { return sched.metrics().totals.succeeded == 12; }));
     // The oldest are forgotten once the worker has handed its finished batch to history.
     REQUIRE(eventually([&] { return !sched.query(ids[0]).has_value(); }));
-    for (int i = 0; i < 8; ++i) CHECK_FALSE(sched.query(ids[static_cast<std::size_t>(i)]));
+    for (int i = 0; i < 8; ++i)
+        CHECK_FALSE(sched.query(ids[static_cast<std::size_t>(i)]));
     for (int i = 8; i < 12; ++i) {
         auto q = sched.query(ids[static_cast<std::size_t>(i)]);
         REQUIRE(q);
@@ -404,7 +419,8 @@ TEST_CASE("finished tasks stay queryable for a bounded history", "[scheduler]") 
     // A handle keeps its own task's result alive beyond the history.
     auto held = sched.submit([] { return 77; });
     REQUIRE(held);
-    for (int i = 0; i < 10; ++i) REQUIRE(sched.post([] {}));
+    for (int i = 0; i < 10; ++i)
+        REQUIRE(sched.post([] {}));
     REQUIRE(eventually([&] { return sched.metrics().totals.succeeded == 23; }));
     CHECK(held->get() == 77);
 }
@@ -419,7 +435,7 @@ TEST_CASE("a handle outlives its scheduler", "[scheduler]") {
         });
         REQUIRE(r);
         h.emplace(std::move(*r));
-    }  // drains
+    } // drains
     CHECK(h->ready());
     CHECK(h->get() == 11);
 }
@@ -443,17 +459,20 @@ TEST_CASE("shutdown(cancel) cancels queued and retrying tasks, stops running one
     REQUIRE(retrying);
     REQUIRE(eventually([&] { return retrying->state() == ax::TaskState::waiting_retry; }));
     auto running = sched.submit([](ax::TaskContext& ctx) {
-        while (!ctx.stop_requested()) std::this_thread::sleep_for(100us);
+        while (!ctx.stop_requested())
+            std::this_thread::sleep_for(100us);
     });
     REQUIRE(running);
     REQUIRE(eventually([&] { return running->state() == ax::TaskState::running; }));
     std::vector<ax::TaskHandle<void>> queued;
-    for (int i = 0; i < 20; ++i) queued.push_back(std::move(*sched.submit([] {})));
+    for (int i = 0; i < 20; ++i)
+        queued.push_back(std::move(*sched.submit([] {})));
 
     CHECK(sched.shutdown(ax::ShutdownMode::cancel, 20s));
     CHECK(retrying->state() == ax::TaskState::cancelled);
     CHECK(running->state() == ax::TaskState::cancelled);
-    for (auto& q : queued) CHECK(q.state() == ax::TaskState::cancelled);
+    for (auto& q : queued)
+        CHECK(q.state() == ax::TaskState::cancelled);
     const auto m = sched.metrics();
     CHECK(m.totals.cancelled == 22);
     CHECK(m.totals.submitted == m.totals.succeeded + m.totals.dead_lettered + m.totals.cancelled);
@@ -471,7 +490,8 @@ TEST_CASE("shutdown(drain) finishes queued work and retries", "[scheduler]") {
         }));
     }
     REQUIRE(sched.post([&] {
-        if (++flaky < 3) throw std::runtime_error("again");
+        if (++flaky < 3)
+            throw std::runtime_error("again");
         ++done;
     }));
     CHECK(sched.shutdown(ax::ShutdownMode::drain));
@@ -496,35 +516,50 @@ TEST_CASE("every submitted task reaches exactly one terminal state", "[scheduler
             std::vector<ax::TaskHandle<int>> mine;
             for (int i = 0; i < per_producer; ++i) {
                 const int kind = static_cast<int>(rng() % 4);
-                auto r = sched.submit([kind](ax::TaskContext& ctx) -> int {
-                    if (kind == 1) throw std::runtime_error("fails");
-                    if (kind == 2 && ctx.attempt() == 1) throw std::runtime_error("once");
-                    return kind;
-                }, {.priority = static_cast<ax::Priority>(rng() % 3),
-                    .max_retries = static_cast<int>(rng() % 3)});
+                auto r = sched.submit(
+                    [kind](ax::TaskContext& ctx) -> int {
+                        if (kind == 1)
+                            throw std::runtime_error("fails");
+                        if (kind == 2 && ctx.attempt() == 1)
+                            throw std::runtime_error("once");
+                        return kind;
+                    },
+                    {.priority = static_cast<ax::Priority>(rng() % 3),
+                     .max_retries = static_cast<int>(rng() % 3)});
                 if (!r) {
-                    if (!r.error().retryable()) ++unexpected;  // Catch is not thread-safe
+                    if (!r.error().retryable())
+                        ++unexpected; // Catch is not thread-safe
                     ++refused;
                     std::this_thread::sleep_for(r.error().retry_after);
                     continue;
                 }
-                if (rng() % 5 == 0) sched.cancel(r->id());
+                if (rng() % 5 == 0)
+                    sched.cancel(r->id());
                 mine.push_back(std::move(*r));
             }
             std::lock_guard lock(mu);
-            for (auto& h : mine) handles.push_back(std::move(h));
+            for (auto& h : mine)
+                handles.push_back(std::move(h));
         });
     }
-    for (auto& t : threads) t.join();
+    for (auto& t : threads)
+        t.join();
     CHECK(unexpected == 0);
     std::uint64_t ok = 0, dead = 0, cancelled = 0;
     for (auto& h : handles) {
         REQUIRE(h.wait_for(30s));
         switch (h.state()) {
-            case ax::TaskState::succeeded: ++ok; break;
-            case ax::TaskState::dead_lettered: ++dead; break;
-            case ax::TaskState::cancelled: ++cancelled; break;
-            default: FAIL("non-terminal state after wait");
+        case ax::TaskState::succeeded:
+            ++ok;
+            break;
+        case ax::TaskState::dead_lettered:
+            ++dead;
+            break;
+        case ax::TaskState::cancelled:
+            ++cancelled;
+            break;
+        default:
+            FAIL("non-terminal state after wait");
         }
     }
     const auto m = sched.metrics();

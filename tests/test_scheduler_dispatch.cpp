@@ -1,14 +1,13 @@
 // Dispatch order of the whole scheduler: 3:2:1 shares under saturation, anti-starvation, and
 // the adaptive pool (controller policy, growth, shrink without interruption).
+#include "test_support.hpp"
+
 #include <algorithm>
 #include <atomic>
-#include <mutex>
-#include <vector>
-
 #include <ax/scheduler.hpp>
 #include <catch2/catch.hpp>
-
-#include "test_support.hpp"
+#include <mutex>
+#include <vector>
 
 using namespace std::chrono_literals;
 using ax_test::eventually;
@@ -26,14 +25,14 @@ struct ManualController {
     }
 };
 
-}  // namespace
+} // namespace
 
 TEST_CASE("one saturated worker dispatches High:Normal:Low as 3:2:1", "[scheduler][dispatch]") {
     ax::Config cfg;
     cfg.min_workers = 1;
     cfg.max_workers = 1;
     cfg.queue_capacity = 20000;
-    cfg.max_wait = std::chrono::hours(1);  // measure the ring alone
+    cfg.max_wait = std::chrono::hours(1); // measure the ring alone
     ax::Scheduler sched{cfg};
 
     Gate gate;
@@ -47,10 +46,12 @@ TEST_CASE("one saturated worker dispatches High:Normal:Low as 3:2:1", "[schedule
     std::mutex mu;
     for (int i = 0; i < per_lane; ++i) {
         for (int p = 0; p < 3; ++p) {
-            auto r = sched.post([&order, &mu, p] {
-                std::lock_guard lock(mu);
-                order.push_back(p);
-            }, {.priority = static_cast<ax::Priority>(p)});
+            auto r = sched.post(
+                [&order, &mu, p] {
+                    std::lock_guard lock(mu);
+                    order.push_back(p);
+                },
+                {.priority = static_cast<ax::Priority>(p)});
             REQUIRE(r);
         }
     }
@@ -62,7 +63,8 @@ TEST_CASE("one saturated worker dispatches High:Normal:Low as 3:2:1", "[schedule
     // While all three lanes are non-empty (the first 6000 dispatches) the shares are 3:2:1.
     const std::size_t window = 6000;
     std::array<double, 3> share{};
-    for (std::size_t i = 0; i < window; ++i) share[static_cast<std::size_t>(order[i])] += 1;
+    for (std::size_t i = 0; i < window; ++i)
+        share[static_cast<std::size_t>(order[i])] += 1;
     CHECK(share[0] / window == Approx(3.0 / 6).margin(0.05 * 3 / 6));
     CHECK(share[1] / window == Approx(2.0 / 6).margin(0.05 * 2 / 6));
     CHECK(share[2] / window == Approx(1.0 / 6).margin(0.05 * 1 / 6));
@@ -88,17 +90,19 @@ TEST_CASE("weights are configurable", "[scheduler][dispatch]") {
     std::mutex mu;
     for (int i = 0; i < 1000; ++i)
         for (int p = 0; p < 3; ++p)
-            REQUIRE(sched.post([&order, &mu, p] {
-                std::lock_guard lock(mu);
-                order.push_back(p);
-            }, {.priority = static_cast<ax::Priority>(p)}));
+            REQUIRE(sched.post(
+                [&order, &mu, p] {
+                    std::lock_guard lock(mu);
+                    order.push_back(p);
+                },
+                {.priority = static_cast<ax::Priority>(p)}));
     gate.open();
     REQUIRE(eventually([&] {
         std::lock_guard lock(mu);
         return order.size() == 3000;
     }));
     const auto lows = std::count(order.begin(), order.begin() + 2000, 2);
-    CHECK(lows == 1000);  // 1:1:2 over the first 2000 dispatches: Low has half
+    CHECK(lows == 1000); // 1:1:2 over the first 2000 dispatches: Low has half
 }
 
 TEST_CASE("a low task is not starved past max_wait", "[scheduler][dispatch]") {
@@ -125,14 +129,15 @@ TEST_CASE("a low task is not starved past max_wait", "[scheduler][dispatch]") {
         };
     };
     REQUIRE(sched.post(record(-1), {.priority = ax::Priority::low}));
-    ax::ManualClock::advance(2s);  // the low task is now over its budget
-    for (int i = 0; i < 100; ++i) REQUIRE(sched.post(record(i), {.priority = ax::Priority::high}));
+    ax::ManualClock::advance(2s); // the low task is now over its budget
+    for (int i = 0; i < 100; ++i)
+        REQUIRE(sched.post(record(i), {.priority = ax::Priority::high}));
     gate.open();
     REQUIRE(eventually([&] {
         std::lock_guard lock(mu);
         return order.size() == 101;
     }));
-    CHECK(order.front() == -1);  // the ring alone would have served three highs first
+    CHECK(order.front() == -1); // the ring alone would have served three highs first
     CHECK(sched.metrics().totals.starvation_picks == 1);
 }
 
@@ -158,7 +163,8 @@ TEST_CASE("without max_wait pressure the ring serves high first", "[scheduler][d
     };
     REQUIRE(sched.post(record(-1), {.priority = ax::Priority::low}));
     ax::ManualClock::advance(2s);
-    for (int i = 0; i < 10; ++i) REQUIRE(sched.post(record(i), {.priority = ax::Priority::high}));
+    for (int i = 0; i < 10; ++i)
+        REQUIRE(sched.post(record(i), {.priority = ax::Priority::high}));
     gate.open();
     REQUIRE(eventually([&] {
         std::lock_guard lock(mu);
@@ -179,7 +185,8 @@ TEST_CASE("the Little's-Law controller grows the target by at most +10 per round
     Sched sched{cfg};
     Gate gate;
     std::vector<ax::TaskHandle<void>> hs;
-    for (int i = 0; i < 500; ++i) hs.push_back(std::move(*sched.submit([&] { gate.wait(); })));
+    for (int i = 0; i < 500; ++i)
+        hs.push_back(std::move(*sched.submit([&] { gate.wait(); })));
     // Queue ~ 499 over drain 5 s asks for ~100 workers; steps are capped at +10 per round.
     CHECK(sched.metrics().workers.target == 1);
     ax::ManualClock::advance(2s);
@@ -194,7 +201,8 @@ TEST_CASE("the Little's-Law controller grows the target by at most +10 per round
     CHECK(m.workers.peak == 21);
     CHECK(m.workers.created == 21);
     gate.open();
-    for (auto& h : hs) h.get();
+    for (auto& h : hs)
+        h.get();
 }
 
 TEST_CASE("a shrink never interrupts a running task", "[scheduler][pool]") {
@@ -226,10 +234,12 @@ TEST_CASE("a shrink never interrupts a running task", "[scheduler][pool]") {
     // Every task is still running: nobody was interrupted to meet the smaller target.
     CHECK(sched.metrics().workers.current == 6);
     CHECK(sched.metrics().workers.busy == 6);
-    for (auto& h : hs) CHECK(h.state() == ax::TaskState::running);
+    for (auto& h : hs)
+        CHECK(h.state() == ax::TaskState::running);
 
     gate.open();
-    for (auto& h : hs) CHECK_FALSE(h.get());  // succeeded, and no stop was ever requested
+    for (auto& h : hs)
+        CHECK_FALSE(h.get()); // succeeded, and no stop was ever requested
     REQUIRE(eventually([&] { return sched.metrics().workers.current == 1; }));
     CHECK(sched.metrics().totals.succeeded == 6);
     CHECK(sched.metrics().totals.cancelled == 0);
@@ -239,7 +249,8 @@ TEST_CASE("invalid configs are rejected at construction, naming the field", "[sc
     ax::Config cfg;
     cfg.min_workers = 10;
     cfg.max_workers = 2;
-    REQUIRE_THROWS_WITH(ax::Scheduler<>{cfg}, Catch::Contains("min_workers") && Catch::Contains("10"));
+    REQUIRE_THROWS_WITH(ax::Scheduler<>{cfg},
+                        Catch::Contains("min_workers") && Catch::Contains("10"));
     ax::Config zero;
     zero.queue_capacity = 0;
     REQUIRE_THROWS_WITH(ax::Scheduler<>{zero}, Catch::Contains("queue_capacity"));

@@ -13,7 +13,8 @@ template <class Pred>
 bool eventually(Pred pred, std::chrono::milliseconds guard = std::chrono::seconds(20)) {
     const auto deadline = std::chrono::steady_clock::now() + guard;
     while (!pred()) {
-        if (std::chrono::steady_clock::now() > deadline) return false;
+        if (std::chrono::steady_clock::now() > deadline)
+            return false;
         std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
     return true;
@@ -21,18 +22,19 @@ bool eventually(Pred pred, std::chrono::milliseconds guard = std::chrono::second
 
 /// A gate tasks block on until the test opens it.
 class Gate {
-public:
+  public:
     void open() {
         open_.store(true, std::memory_order_release);
         open_.notify_all();
     }
     void wait() const {
-        while (!open_.load(std::memory_order_acquire)) open_.wait(false);
+        while (!open_.load(std::memory_order_acquire))
+            open_.wait(false);
     }
     [[nodiscard]] bool is_open() const { return open_.load(std::memory_order_acquire); }
 
-private:
+  private:
     std::atomic<bool> open_{false};
 };
 
-}  // namespace ax_test
+} // namespace ax_test

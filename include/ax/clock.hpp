@@ -33,11 +33,11 @@ struct ManualClock {
         ticks().store(t.time_since_epoch().count(), std::memory_order_release);
     }
 
-private:
+  private:
     static std::atomic<rep>& ticks() noexcept {
         static std::atomic<rep> t{1'000'000'000'000};
         return t;
     }
 };
 
-}  // namespace ax
+} // namespace ax

@@ -9,42 +9,45 @@
 
 namespace ax {
 
-/// Every knob of an ax::Scheduler. Defaults follow the design card (seed §4.5); each field says what
-/// moving it trades. A Config is validated when a Scheduler is built: an invalid one throws
+/// Every knob of an ax::Scheduler. Defaults follow the design card (seed §4.5); each field says
+/// what moving it trades. A Config is validated when a Scheduler is built: an invalid one throws
 /// std::invalid_argument naming the field and its value.
 struct Config {
     using Duration = std::chrono::nanoseconds;
 
-    /// Workers kept alive even when idle (default 4). Higher: no ramp-up after a quiet spell, at the
-    /// price of parked threads; lower: fewer threads, slower first burst.
+    /// Workers kept alive even when idle (default 4). Higher: no ramp-up after a quiet spell, at
+    /// the price of parked threads; lower: fewer threads, slower first burst.
     std::uint32_t min_workers = 4;
 
-    /// Hard ceiling on concurrently running tasks (default 200). Raise for IO-bound bodies that mostly
-    /// wait; lower for CPU-bound bodies, where more threads than cores only adds context switches.
+    /// Hard ceiling on concurrently running tasks (default 200). Raise for IO-bound bodies that
+    /// mostly wait; lower for CPU-bound bodies, where more threads than cores only adds context
+    /// switches.
     std::uint32_t max_workers = 200;
 
     /// Tasks that may wait in the queue, all priorities together (default 150). Beyond it submit
-    /// answers ErrQueueFull. Larger absorbs bigger bursts but lets latency and memory grow; the seed
-    /// sizes it as expected concurrency x average duration x tolerated wait factor.
+    /// answers ErrQueueFull. Larger absorbs bigger bursts but lets latency and memory grow; the
+    /// seed sizes it as expected concurrency x average duration x tolerated wait factor.
     std::uint32_t queue_capacity = 150;
 
     /// Fraction of queue_capacity from which normal and low submits get the soft `busy` error while
     /// high is still admitted (default 0.8). 1.0 disables the soft limit.
     double soft_limit_ratio = 0.8;
 
-    /// Dispatch shares per round of the priority ring, High:Normal:Low (default 3:2:1). A wider ratio
-    /// (10:2:1) favours latency-sensitive work; every lane with a non-zero weight is never starved.
+    /// Dispatch shares per round of the priority ring, High:Normal:Low (default 3:2:1). A wider
+    /// ratio (10:2:1) favours latency-sensitive work; every lane with a non-zero weight is never
+    /// starved.
     std::uint32_t weight_high = 3;
     std::uint32_t weight_normal = 2;
     std::uint32_t weight_low = 1;
 
-    /// Anti-starvation budget (default 5 s): a queued task that has waited longer is dispatched next
-    /// whatever its priority. Shorter bounds low-priority latency but weakens priority ordering.
+    /// Anti-starvation budget (default 5 s): a queued task that has waited longer is dispatched
+    /// next whatever its priority. Shorter bounds low-priority latency but weakens priority
+    /// ordering.
     Duration max_wait = std::chrono::seconds(5);
 
     /// Period of the maintenance tick that samples metrics, fires due retries and resizes the pool
-    /// (default 10 ms). Dispatch itself never waits for it: a submit wakes a worker at once. Shorter
-    /// gives finer metrics at a little more idle CPU.
+    /// (default 10 ms). Dispatch itself never waits for it: a submit wakes a worker at once.
+    /// Shorter gives finer metrics at a little more idle CPU.
     Duration dispatch_interval = std::chrono::milliseconds(10);
 
     /// Length of the sliding metrics window, in 1 s slots (default 30 s). Longer smooths the
@@ -87,26 +90,32 @@ struct Config {
         auto ms = [](Duration d) {
             return std::to_string(std::chrono::duration<double, std::milli>(d).count()) + " ms";
         };
-        if (max_workers == 0) fail("max_workers", "0", "must be at least 1");
+        if (max_workers == 0)
+            fail("max_workers", "0", "must be at least 1");
         if (min_workers > max_workers)
             fail("min_workers", std::to_string(min_workers),
                  ("must not exceed max_workers (" + std::to_string(max_workers) + ")").c_str());
         if (max_workers > 65536)
             fail("max_workers", std::to_string(max_workers), "must be at most 65536");
-        if (queue_capacity == 0) fail("queue_capacity", "0", "must be at least 1");
+        if (queue_capacity == 0)
+            fail("queue_capacity", "0", "must be at least 1");
         if (queue_capacity > (1u << 24))
             fail("queue_capacity", std::to_string(queue_capacity), "must be at most 16777216");
         if (!(soft_limit_ratio > 0.0 && soft_limit_ratio <= 1.0))
             fail("soft_limit_ratio", std::to_string(soft_limit_ratio), "must be in (0, 1]");
-        if (weight_high == 0) fail("weight_high", "0", "must be at least 1");
-        if (weight_normal == 0) fail("weight_normal", "0", "must be at least 1");
-        if (weight_low == 0) fail("weight_low", "0", "must be at least 1");
+        if (weight_high == 0)
+            fail("weight_high", "0", "must be at least 1");
+        if (weight_normal == 0)
+            fail("weight_normal", "0", "must be at least 1");
+        if (weight_low == 0)
+            fail("weight_low", "0", "must be at least 1");
         if (weight_high > 1000 || weight_normal > 1000 || weight_low > 1000)
             fail("weight_high/normal/low",
                  std::to_string(weight_high) + "/" + std::to_string(weight_normal) + "/" +
                      std::to_string(weight_low),
                  "each must be at most 1000");
-        if (max_wait <= Duration::zero()) fail("max_wait", ms(max_wait), "must be positive");
+        if (max_wait <= Duration::zero())
+            fail("max_wait", ms(max_wait), "must be positive");
         if (dispatch_interval <= Duration::zero())
             fail("dispatch_interval", ms(dispatch_interval), "must be positive");
         if (metrics_window < std::chrono::seconds(1))
@@ -116,14 +125,18 @@ struct Config {
         if (controller_interval < dispatch_interval)
             fail("controller_interval", ms(controller_interval),
                  "must be at least dispatch_interval");
-        if (drain_time <= Duration::zero()) fail("drain_time", ms(drain_time), "must be positive");
-        if (max_step_up == 0) fail("max_step_up", "0", "must be at least 1");
-        if (max_step_down == 0) fail("max_step_down", "0", "must be at least 1");
+        if (drain_time <= Duration::zero())
+            fail("drain_time", ms(drain_time), "must be positive");
+        if (max_step_up == 0)
+            fail("max_step_up", "0", "must be at least 1");
+        if (max_step_down == 0)
+            fail("max_step_down", "0", "must be at least 1");
         if (retry_base_delay < Duration::zero())
             fail("retry_base_delay", ms(retry_base_delay), "must not be negative");
         if (retry_jitter < Duration::zero())
             fail("retry_jitter", ms(retry_jitter), "must not be negative");
-        if (retry_max > 100) fail("retry_max", std::to_string(retry_max), "must be at most 100");
+        if (retry_max > 100)
+            fail("retry_max", std::to_string(retry_max), "must be at most 100");
         if (history_capacity > (1u << 24))
             fail("history_capacity", std::to_string(history_capacity), "must be at most 16777216");
     }
@@ -135,4 +148,4 @@ struct Config {
     }
 };
 
-}  // namespace ax
+} // namespace ax

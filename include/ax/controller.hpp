@@ -1,12 +1,12 @@
 // ax — Adaptive eXchange Scheduler. SPDX-License-Identifier: MIT
 #pragma once
 
+#include "config.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
-
-#include "config.hpp"
 
 namespace ax {
 
@@ -29,14 +29,17 @@ struct ControllerInput {
 inline std::uint32_t little_law_target(const ControllerInput& in, const Config& cfg) noexcept {
     const double drain_s = std::chrono::duration<double>(cfg.drain_time).count();
     double raw = std::max(0.0, in.incoming_rate) * std::max(0.0, in.avg_duration_s);
-    if (in.queue_length > 0 && drain_s > 0.0) raw += static_cast<double>(in.queue_length) / drain_s;
+    if (in.queue_length > 0 && drain_s > 0.0)
+        raw += static_cast<double>(in.queue_length) / drain_s;
     const double lo = cfg.min_workers;
     const double hi = cfg.max_workers;
     const double clamped = std::clamp(std::floor(raw + 0.5), lo, hi);
     const auto wanted = static_cast<std::uint32_t>(clamped);
     const std::uint32_t cur = std::clamp(in.current_target, cfg.min_workers, cfg.max_workers);
-    if (wanted > cur) return std::min(wanted, cur + cfg.max_step_up);
-    if (wanted < cur) return cur - std::min(cur - wanted, cfg.max_step_down);
+    if (wanted > cur)
+        return wanted - cur > cfg.max_step_up ? cur + cfg.max_step_up : wanted;
+    if (wanted < cur)
+        return cur - std::min(cur - wanted, cfg.max_step_down);
     return cur;
 }
 
@@ -45,7 +48,7 @@ inline std::uint32_t little_law_target(const ControllerInput& in, const Config& 
 /// ControllerInput&)` returning the new worker target; the scheduler clamps it to
 /// [min_workers, max_workers].
 class LittleController {
-public:
+  public:
     /// Keeps a copy of the limits it needs.
     explicit LittleController(const Config& cfg) : cfg_(cfg) {}
     /// The new worker target.
@@ -53,8 +56,8 @@ public:
         return little_law_target(in, cfg_);
     }
 
-private:
+  private:
     Config cfg_;
 };
 
-}  // namespace ax
+} // namespace ax

@@ -14,11 +14,11 @@ namespace ax {
 
 /// Why a submit was refused. Every refusal is reported: ax never drops a task silently.
 enum class Errc : std::uint8_t {
-    queue_full = 1,       ///< The queue holds queue_capacity tasks (seed: ErrQueueFull).
-    busy,                 ///< Soft limit: queue at soft_limit_ratio of capacity, normal/low refused.
-    shutting_down,        ///< shutdown() has begun or the scheduler is being destroyed.
-    invalid_options,      ///< The SubmitOptions are invalid (see SubmitError::message()).
-    too_many_tasks,       ///< Task records exhausted: the caller holds millions of live handles.
+    queue_full = 1,  ///< The queue holds queue_capacity tasks (seed: ErrQueueFull).
+    busy,            ///< Soft limit: queue at soft_limit_ratio of capacity, normal/low refused.
+    shutting_down,   ///< shutdown() has begun or the scheduler is being destroyed.
+    invalid_options, ///< The SubmitOptions are invalid (see SubmitError::message()).
+    too_many_tasks,  ///< Task records exhausted: the caller holds millions of live handles.
 };
 
 /// The seed's names for the two backpressure errors, kept so its readers find them.
@@ -28,15 +28,23 @@ inline constexpr Errc ErrBusy = Errc::busy;
 
 /// std::error_category for Errc, so SubmitError composes with std::error_code based code.
 class ErrorCategory final : public std::error_category {
-public:
+  public:
     [[nodiscard]] const char* name() const noexcept override { return "ax"; }
     [[nodiscard]] std::string message(int code) const override {
+        if (code < static_cast<int>(Errc::queue_full) ||
+            code > static_cast<int>(Errc::too_many_tasks))
+            return "unknown ax error";
         switch (static_cast<Errc>(code)) {
-            case Errc::queue_full: return "queue full";
-            case Errc::busy: return "busy: queue above its soft limit";
-            case Errc::shutting_down: return "scheduler is shutting down";
-            case Errc::invalid_options: return "invalid submit options";
-            case Errc::too_many_tasks: return "too many live task records";
+        case Errc::queue_full:
+            return "queue full";
+        case Errc::busy:
+            return "busy: queue above its soft limit";
+        case Errc::shutting_down:
+            return "scheduler is shutting down";
+        case Errc::invalid_options:
+            return "invalid submit options";
+        case Errc::too_many_tasks:
+            return "too many live task records";
         }
         return "unknown ax error";
     }
@@ -79,28 +87,28 @@ struct SubmitError {
             m += " (" + std::to_string(queue_length) + "/" + std::to_string(capacity) +
                  " queued, retry after " + std::to_string(retry_after.count()) + " us)";
         }
-        if (!detail.empty()) m += ": " + detail;
+        if (!detail.empty())
+            m += ": " + detail;
         return m;
     }
 };
 
 /// Thrown by TaskHandle::get() when the task was cancelled before it could produce a value.
 class TaskCancelled : public std::runtime_error {
-public:
+  public:
     TaskCancelled() : std::runtime_error("ax: task cancelled") {}
 };
 
 /// Thrown by TaskHandle::get() when the task's last attempt failed without a stored exception
 /// (for example a timeout of a body that never returned).
 class TaskFailed : public std::runtime_error {
-public:
+  public:
     explicit TaskFailed(const std::string& what) : std::runtime_error(what) {}
 };
 
 /// Either a value or a SubmitError; the C++20 stand-in for std::expected that submit returns.
-template <class T>
-class [[nodiscard]] Expected {
-public:
+template <class T> class [[nodiscard]] Expected {
+  public:
     /// Holds a value.
     Expected(T value) : v_(std::in_place_index<0>, std::move(value)) {}
     /// Holds an error.
@@ -121,11 +129,12 @@ public:
 
     /// The error; throws std::logic_error if it holds a value.
     [[nodiscard]] const SubmitError& error() const {
-        if (has_value()) throw std::logic_error("ax::Expected: error() on a value");
+        if (has_value())
+            throw std::logic_error("ax::Expected: error() on a value");
         return std::get<1>(v_);
     }
 
-private:
+  private:
     void check() const {
         if (!has_value())
             throw std::logic_error("ax::Expected: value() on an error: " +
@@ -134,7 +143,6 @@ private:
     std::variant<T, SubmitError> v_;
 };
 
-}  // namespace ax
+} // namespace ax
 
-template <>
-struct std::is_error_code_enum<ax::Errc> : std::true_type {};
+template <> struct std::is_error_code_enum<ax::Errc> : std::true_type {};

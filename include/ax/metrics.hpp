@@ -1,6 +1,8 @@
 // ax — Adaptive eXchange Scheduler. SPDX-License-Identifier: MIT
 #pragma once
 
+#include "task.hpp"
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -9,57 +11,54 @@
 #include <cstdint>
 #include <vector>
 
-#include "task.hpp"
-
 namespace ax {
 
 /// One 1-second slot of the sliding metrics window (seed §4.4).
 struct MetricsSlot {
-    std::uint64_t incoming = 0;   ///< Tasks admitted.
-    std::uint64_t completed = 0;  ///< Attempts that succeeded.
-    std::uint64_t failed = 0;     ///< Attempts that threw (each retry counts).
-    std::uint64_t rejected = 0;   ///< Submits refused (full, busy).
-    std::chrono::nanoseconds total_duration{0};  ///< Summed duration of finished attempts.
-    std::uint64_t queue_samples = 0;             ///< Queue-length samples taken (one per tick).
-    std::uint64_t queue_length_sum = 0;          ///< Sum of those samples.
-    std::uint32_t queue_length_max = 0;          ///< Largest sample.
+    std::uint64_t incoming = 0;                 ///< Tasks admitted.
+    std::uint64_t completed = 0;                ///< Attempts that succeeded.
+    std::uint64_t failed = 0;                   ///< Attempts that threw (each retry counts).
+    std::uint64_t rejected = 0;                 ///< Submits refused (full, busy).
+    std::chrono::nanoseconds total_duration{0}; ///< Summed duration of finished attempts.
+    std::uint64_t queue_samples = 0;            ///< Queue-length samples taken (one per tick).
+    std::uint64_t queue_length_sum = 0;         ///< Sum of those samples.
+    std::uint32_t queue_length_max = 0;         ///< Largest sample.
 
     /// Mean attempt duration in this slot (zero if none finished).
     [[nodiscard]] std::chrono::nanoseconds average_duration() const noexcept {
         const auto n = completed + failed;
-        return n == 0 ? std::chrono::nanoseconds{0}
-                      : total_duration / static_cast<std::int64_t>(n);
+        return n == 0 ? std::chrono::nanoseconds{0} : total_duration / static_cast<std::int64_t>(n);
     }
     /// Mean sampled queue length in this slot.
     [[nodiscard]] double average_queue_length() const noexcept {
-        return queue_samples == 0 ? 0.0
-                                  : static_cast<double>(queue_length_sum) /
-                                        static_cast<double>(queue_samples);
+        return queue_samples == 0
+                   ? 0.0
+                   : static_cast<double>(queue_length_sum) / static_cast<double>(queue_samples);
     }
 };
 
 /// Worker pool figures at the time of a snapshot.
 struct WorkerStats {
-    std::uint32_t current = 0;  ///< Worker threads alive and serving.
-    std::uint32_t target = 0;   ///< What the controller asks for.
-    std::uint32_t busy = 0;     ///< Running a task now.
-    std::uint32_t idle = 0;     ///< current - busy.
-    std::uint32_t peak = 0;     ///< Highest `current` since start.
-    std::uint64_t created = 0;  ///< Threads created since start.
+    std::uint32_t current = 0; ///< Worker threads alive and serving.
+    std::uint32_t target = 0;  ///< What the controller asks for.
+    std::uint32_t busy = 0;    ///< Running a task now.
+    std::uint32_t idle = 0;    ///< current - busy.
+    std::uint32_t peak = 0;    ///< Highest `current` since start.
+    std::uint64_t created = 0; ///< Threads created since start.
 };
 
 /// Counts since the scheduler started.
 struct MetricsTotals {
-    std::uint64_t submitted = 0;      ///< Tasks admitted.
-    std::uint64_t rejected = 0;       ///< Submits refused for backpressure (full, busy).
-    std::uint64_t refused_other = 0;  ///< Submits refused for shutdown or invalid options.
+    std::uint64_t submitted = 0;     ///< Tasks admitted.
+    std::uint64_t rejected = 0;      ///< Submits refused for backpressure (full, busy).
+    std::uint64_t refused_other = 0; ///< Submits refused for shutdown or invalid options.
     std::uint64_t attempts_succeeded = 0;
     std::uint64_t attempts_failed = 0;
-    std::uint64_t succeeded = 0;      ///< Tasks that ended succeeded.
-    std::uint64_t dead_lettered = 0;  ///< Tasks that ended dead_lettered.
-    std::uint64_t cancelled = 0;      ///< Tasks that ended cancelled.
-    std::uint64_t retries = 0;        ///< Retries scheduled.
-    std::uint64_t starvation_picks = 0;  ///< Dispatches forced by max_wait.
+    std::uint64_t succeeded = 0;        ///< Tasks that ended succeeded.
+    std::uint64_t dead_lettered = 0;    ///< Tasks that ended dead_lettered.
+    std::uint64_t cancelled = 0;        ///< Tasks that ended cancelled.
+    std::uint64_t retries = 0;          ///< Retries scheduled.
+    std::uint64_t starvation_picks = 0; ///< Dispatches forced by max_wait.
 };
 
 /// A consistent-enough picture of the scheduler for dashboards and tests.
@@ -112,17 +111,16 @@ struct CumulativeCounters {
 /// The sliding window of seed §4.4: `slots` 1-second slots in a ring. Owned by the maintenance
 /// tick; fed cumulative counters, it stores the deltas in the current slot.
 class MetricsWindow {
-public:
+  public:
     explicit MetricsWindow(std::size_t slots) : slots_(std::max<std::size_t>(slots, 1)) {}
 
     /// Starts the window at `now_ns`.
-    void start(std::int64_t now_ns) noexcept {
-        slot_start_ns_ = now_ns;
-    }
+    void start(std::int64_t now_ns) noexcept { slot_start_ns_ = now_ns; }
 
     /// Folds the counters since the last call into the current slot, samples the queue length,
     /// and rotates to a fresh slot for every full second elapsed.
-    void update(std::int64_t now_ns, const CumulativeCounters& c, std::uint32_t queue_len) noexcept {
+    void update(std::int64_t now_ns, const CumulativeCounters& c,
+                std::uint32_t queue_len) noexcept {
         MetricsSlot& s = slots_[cur_];
         s.incoming += c.incoming - last_.incoming;
         s.completed += c.completed - last_.completed;
@@ -182,7 +180,7 @@ public:
         return out;
     }
 
-private:
+  private:
     [[nodiscard]] double rate(std::uint64_t n, std::int64_t now_ns) const noexcept {
         // Never divide by less than 100 ms: one tick's worth of arrivals is not a rate.
         const double secs = std::max(covered_seconds(now_ns), 0.1);
@@ -196,5 +194,5 @@ private:
     CumulativeCounters last_;
 };
 
-}  // namespace detail
-}  // namespace ax
+} // namespace detail
+} // namespace ax

@@ -1,12 +1,12 @@
 // ax — Adaptive eXchange Scheduler. SPDX-License-Identifier: MIT
 #pragma once
 
+#include "task.hpp"
+
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
-
-#include "task.hpp"
 
 namespace ax::detail {
 
@@ -14,12 +14,13 @@ namespace ax::detail {
 /// from Normal, weight[2] from Low; a lane with nothing to give passes its share on. Pure state
 /// machine, no locks: the dispatcher owns it.
 class PriorityRing {
-public:
+  public:
     explicit PriorityRing(std::array<std::uint32_t, priority_count> weights) : weights_(weights) {}
 
     /// Lane to serve next given which lanes are non-empty (bit i = lane i), or -1 if none is.
     int next(std::uint32_t nonempty_mask) noexcept {
-        if ((nonempty_mask & 7u) == 0) return -1;
+        if ((nonempty_mask & 7u) == 0)
+            return -1;
         for (std::size_t step = 0; step < 2 * priority_count + 1; ++step) {
             if (((nonempty_mask >> lane_) & 1u) != 0 && taken_ < weights_[lane_]) {
                 ++taken_;
@@ -28,14 +29,14 @@ public:
             lane_ = (lane_ + 1) % priority_count;
             taken_ = 0;
         }
-        return -1;  // unreachable with non-zero weights
+        return -1; // unreachable with non-zero weights
     }
 
     [[nodiscard]] const std::array<std::uint32_t, priority_count>& weights() const noexcept {
         return weights_;
     }
 
-private:
+  private:
     std::array<std::uint32_t, priority_count> weights_;
     std::size_t lane_ = 0;
     std::uint32_t taken_ = 0;
@@ -43,9 +44,8 @@ private:
 
 /// Intrusive FIFO of slot indices linked through a per-slot `next` field that Links provides:
 /// O(1) push/pop, no allocation, and re-inserting at the head is free.
-template <class Links>
-class IntrusiveFifo {
-public:
+template <class Links> class IntrusiveFifo {
+  public:
     static constexpr std::uint32_t none = std::numeric_limits<std::uint32_t>::max();
 
     void push_back(Links& links, std::uint32_t index) noexcept {
@@ -61,14 +61,17 @@ public:
     void push_front(Links& links, std::uint32_t index) noexcept {
         links.set_next(index, head_);
         head_ = index;
-        if (tail_ == none) tail_ = index;
+        if (tail_ == none)
+            tail_ = index;
         ++size_;
     }
     std::uint32_t pop_front(Links& links) noexcept {
         const std::uint32_t index = head_;
-        if (index == none) return none;
+        if (index == none)
+            return none;
         head_ = links.next(index);
-        if (head_ == none) tail_ = none;
+        if (head_ == none)
+            tail_ = none;
         --size_;
         return index;
     }
@@ -76,7 +79,7 @@ public:
     [[nodiscard]] bool empty() const noexcept { return head_ == none; }
     [[nodiscard]] std::size_t size() const noexcept { return size_; }
 
-private:
+  private:
     std::uint32_t head_ = none;
     std::uint32_t tail_ = none;
     std::size_t size_ = 0;
@@ -86,9 +89,8 @@ private:
 /// ring, the dispatcher looks at the oldest task at the head of each lane; one that has waited
 /// longer than max_wait goes next whatever its priority. Links provides next/set_next and
 /// enqueue_ns(index).
-template <class Links>
-class PriorityLanes {
-public:
+template <class Links> class PriorityLanes {
+  public:
     using Fifo = IntrusiveFifo<Links>;
     static constexpr std::uint32_t none = Fifo::none;
 
@@ -105,7 +107,8 @@ public:
         int oldest_lane = -1;
         std::int64_t oldest_ns = std::numeric_limits<std::int64_t>::max();
         for (std::size_t i = 0; i < priority_count; ++i) {
-            if (lanes_[i].empty()) continue;
+            if (lanes_[i].empty())
+                continue;
             mask |= 1u << i;
             const std::int64_t t = links.enqueue_ns(lanes_[i].front());
             if (t < oldest_ns) {
@@ -113,7 +116,8 @@ public:
                 oldest_lane = static_cast<int>(i);
             }
         }
-        if (mask == 0) return none;
+        if (mask == 0)
+            return none;
         int lane = -1;
         if (now_ns - oldest_ns > max_wait_ns_) {
             lane = oldest_lane;
@@ -133,11 +137,11 @@ public:
     /// How often the anti-starvation budget overrode the ring.
     [[nodiscard]] std::uint64_t starvation_picks() const noexcept { return starvation_picks_; }
 
-private:
+  private:
     PriorityRing ring_;
     std::array<Fifo, priority_count> lanes_{};
     std::int64_t max_wait_ns_;
     std::uint64_t starvation_picks_ = 0;
 };
 
-}  // namespace ax::detail
+} // namespace ax::detail

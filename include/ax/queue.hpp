@@ -1,6 +1,8 @@
 // ax — Adaptive eXchange Scheduler. SPDX-License-Identifier: MIT
 #pragma once
 
+#include "task.hpp"
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -9,8 +11,6 @@
 #include <mutex>
 #include <vector>
 
-#include "task.hpp"
-
 namespace ax::detail {
 
 /// Outcome of DoubleBufferQueue::try_push.
@@ -18,9 +18,9 @@ enum class Admission : std::uint8_t { admitted, full, busy, closed };
 
 /// Counters the queue keeps under its own lock; read by the maintenance tick.
 struct QueueCounters {
-    std::uint64_t incoming = 0;  ///< Tasks admitted (first attempts only).
-    std::uint64_t rejected = 0;  ///< Submits refused with full or busy.
-    std::uint64_t requeued = 0;  ///< Retries that re-entered the queue.
+    std::uint64_t incoming = 0; ///< Tasks admitted (first attempts only).
+    std::uint64_t rejected = 0; ///< Submits refused with full or busy.
+    std::uint64_t requeued = 0; ///< Retries that re-entered the queue.
 };
 
 /// The seed's double-buffer queue (§3.2). Producers append slot indices to the standby buffer under
@@ -31,7 +31,7 @@ struct QueueCounters {
 /// The queue also owns admission: the per-priority count of tasks admitted but not yet started,
 /// checked against capacity (ErrQueueFull) and the soft limit (ErrBusy, normal and low only).
 class DoubleBufferQueue {
-public:
+  public:
     DoubleBufferQueue(std::uint32_t capacity, std::uint32_t soft_limit)
         : capacity_(capacity), soft_limit_(soft_limit) {
         standby_.reserve(capacity);
@@ -42,7 +42,8 @@ public:
         std::lock_guard lock(mutex_);
         const std::uint32_t len = length();
         queue_length = len;
-        if (closed_) return Admission::closed;
+        if (closed_)
+            return Admission::closed;
         if (len >= capacity_) {
             ++counters_.rejected;
             return Admission::full;
@@ -79,7 +80,8 @@ public:
     /// Moves everything appended since the last swap into `out` (which must be empty) and hands
     /// `out`'s storage back as the new standby buffer. O(1) under the lock.
     bool swap(std::vector<std::uint32_t>& out) {
-        if (!nonempty_.load(std::memory_order_acquire)) return false;
+        if (!nonempty_.load(std::memory_order_acquire))
+            return false;
         std::lock_guard lock(mutex_);
         standby_.swap(out);
         nonempty_.store(false, std::memory_order_relaxed);
@@ -115,11 +117,12 @@ public:
         return counters_;
     }
 
-private:
+  private:
     void append(std::uint32_t index, Priority p) {
         standby_.push_back(index);
         queued_[static_cast<std::size_t>(p)].fetch_add(1, std::memory_order_acq_rel);
-        if (standby_.size() == 1) nonempty_.store(true, std::memory_order_release);
+        if (standby_.size() == 1)
+            nonempty_.store(true, std::memory_order_release);
     }
 
     std::mutex mutex_;
@@ -132,4 +135,4 @@ private:
     alignas(64) std::array<std::atomic<std::uint32_t>, priority_count> queued_{};
 };
 
-}  // namespace ax::detail
+} // namespace ax::detail

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <mutex>
 #include <queue>
 #include <random>
@@ -13,16 +14,20 @@ namespace ax {
 
 /// Delay before attempt `next_attempt` (2 for the first retry) of seed §3.6:
 ///   base x 2^(next_attempt - 2) + jitter,  jitter uniform in [0, max_jitter]
-/// `unit_random` is a number in [0, 1) supplying the jitter; the exponent is capped so the
-/// delay never overflows.
+/// `unit_random` is a number in [0, 1) supplying the jitter; the exponent stops at 30 and the
+/// back-off saturates near 73 years instead of overflowing.
 inline std::chrono::nanoseconds retry_delay(std::chrono::nanoseconds base,
                                             std::chrono::nanoseconds max_jitter,
-                                            std::uint32_t next_attempt, double unit_random) noexcept {
+                                            std::uint32_t next_attempt,
+                                            double unit_random) noexcept {
+    constexpr std::int64_t ceiling = std::numeric_limits<std::int64_t>::max() / 4;
     const std::uint32_t retry = next_attempt >= 2 ? next_attempt - 1 : 1;
     const std::uint32_t shift = std::min<std::uint32_t>(retry - 1, 30);
-    const auto backoff = base * (std::int64_t{1} << shift);
+    const std::int64_t b = std::clamp<std::int64_t>(base.count(), 0, ceiling);
+    const auto backoff = std::chrono::nanoseconds(b > (ceiling >> shift) ? ceiling : b << shift);
     const auto jitter = std::chrono::nanoseconds(static_cast<std::int64_t>(
-        static_cast<double>(max_jitter.count()) * std::clamp(unit_random, 0.0, 1.0)));
+        static_cast<double>(std::clamp<std::int64_t>(max_jitter.count(), 0, ceiling)) *
+        std::clamp(unit_random, 0.0, 1.0)));
     return backoff + jitter;
 }
 
@@ -32,7 +37,7 @@ namespace detail {
 /// maintenance tick drains into the queue when due. Cancelled entries stay as tombstones and are
 /// skipped by whoever pops them.
 class RetryTimers {
-public:
+  public:
     struct Entry {
         std::int64_t due_ns;
         std::uint32_t index;
@@ -69,7 +74,7 @@ public:
         return heap_.size();
     }
 
-private:
+  private:
     std::mutex mutex_;
     std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heap_;
 };
@@ -77,17 +82,17 @@ private:
 /// Thread-safe source of jitter: a small PRNG behind the timers' own lock is cheap on the failure
 /// path, which is the only one that uses it.
 class Jitter {
-public:
+  public:
     explicit Jitter(std::uint64_t seed) : rng_(seed) {}
     double operator()() {
         std::lock_guard lock(mutex_);
         return std::uniform_real_distribution<double>(0.0, 1.0)(rng_);
     }
 
-private:
+  private:
     std::mutex mutex_;
     std::mt19937_64 rng_;
 };
 
-}  // namespace detail
-}  // namespace ax
+} // namespace detail
+} // namespace ax

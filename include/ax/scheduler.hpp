@@ -1,6 +1,17 @@
 // ax — Adaptive eXchange Scheduler. SPDX-License-Identifier: MIT
 #pragma once
 
+#include "clock.hpp"
+#include "config.hpp"
+#include "controller.hpp"
+#include "errors.hpp"
+#include "metrics.hpp"
+#include "priority_ring.hpp"
+#include "queue.hpp"
+#include "retry.hpp"
+#include "task.hpp"
+#include "worker_pool.hpp"
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -19,23 +30,13 @@
 #include <utility>
 #include <vector>
 
-#include "clock.hpp"
-#include "config.hpp"
-#include "controller.hpp"
-#include "errors.hpp"
-#include "metrics.hpp"
-#include "priority_ring.hpp"
-#include "queue.hpp"
-#include "retry.hpp"
-#include "task.hpp"
-#include "worker_pool.hpp"
-
 namespace ax {
 
 /// How shutdown() treats work that has not finished.
 enum class ShutdownMode : std::uint8_t {
-    drain,   ///< Refuse new submits, finish everything queued and every retry, then stop.
-    cancel,  ///< Refuse new submits, cancel queued and retry-waiting tasks, ask running ones to stop.
+    drain,  ///< Refuse new submits, finish everything queued and every retry, then stop.
+    cancel, ///< Refuse new submits, cancel queued and retry-waiting tasks, ask running ones to
+            ///< stop.
 };
 
 namespace detail {
@@ -57,9 +58,8 @@ inline thread_local const void* current_worker_owner = nullptr;
 
 /// The scheduler's shared state. Scheduler owns it through a shared_ptr; see docs/design.md for
 /// who calls what, and under which lock.
-template <class Clock, class Controller>
-class SchedulerCore {
-public:
+template <class Clock, class Controller> class SchedulerCore {
+  public:
     static constexpr std::uint32_t none = UINT32_MAX;
 
     /// Per-worker state the pool keeps for the core: finished slots waiting to enter history
@@ -73,8 +73,7 @@ public:
     using Worker = typename Pool::Worker;
 
     static std::int64_t now_ns() noexcept {
-        return std::chrono::duration_cast<std::chrono::nanoseconds>(
-                   Clock::now().time_since_epoch())
+        return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
             .count();
     }
     static typename Clock::time_point to_time_point(std::int64_t ns) {
@@ -83,14 +82,11 @@ public:
     }
 
     explicit SchedulerCore(const Config& cfg)
-        : cfg_((cfg.validate(), cfg)),
-          slab_(std::make_shared<TaskSlab>()),
+        : cfg_((cfg.validate(), cfg)), slab_(std::make_shared<TaskSlab>()),
           queue_(cfg.queue_capacity, soft_limit(cfg)),
           lanes_({cfg.weight_high, cfg.weight_normal, cfg.weight_low},
                  std::chrono::duration_cast<std::chrono::nanoseconds>(cfg.max_wait).count()),
-          window_(cfg.window_slots()),
-          controller_(cfg),
-          jitter_(std::random_device{}()),
+          window_(cfg.window_slots()), controller_(cfg), jitter_(std::random_device{}()),
           pool_(*this, cfg.min_workers, cfg.max_workers) {
         batch_.reserve(cfg.queue_capacity);
         history_.assign(cfg.history_capacity, 0);
@@ -111,16 +107,14 @@ public:
 
     // ---- submit -------------------------------------------------------------------------------
 
-    template <class F, class R>
-    Expected<TaskHandle<R>> submit(F&& f, const SubmitOptions& o) {
+    template <class F, class R> Expected<TaskHandle<R>> submit(F&& f, const SubmitOptions& o) {
         TaskId id;
         if (auto err = admit_new<F>(std::forward<F>(f), o, id, /*with_handle=*/true))
             return std::move(*err);
         return TaskHandle<R>(slab_, &slab_->at(id.index()), id);
     }
 
-    template <class F>
-    Expected<TaskId> post(F&& f, const SubmitOptions& o) {
+    template <class F> Expected<TaskId> post(F&& f, const SubmitOptions& o) {
         TaskId id;
         if (auto err = admit_new<F>(std::forward<F>(f), o, id, /*with_handle=*/false))
             return std::move(*err);
@@ -131,7 +125,8 @@ public:
 
     bool cancel(TaskId id) {
         TaskRecord* r = slab_->try_pin(id);
-        if (r == nullptr) return false;
+        if (r == nullptr)
+            return false;
         const bool done = cancel_pinned(*r, id.index());
         slab_->release(id.index());
         return done;
@@ -139,7 +134,8 @@ public:
 
     std::optional<TaskInfo<Clock>> query(TaskId id) {
         TaskRecord* r = slab_->try_pin(id);
-        if (r == nullptr) return std::nullopt;
+        if (r == nullptr)
+            return std::nullopt;
         TaskInfo<Clock> info;
         const auto s = r->state.load(std::memory_order_acquire);
         info.id = id;
@@ -203,15 +199,18 @@ public:
     GroupId group(std::string_view name) {
         std::lock_guard lock(groups_mutex_);
         for (std::size_t i = 0; i < group_names_.size(); ++i)
-            if (group_names_[i] == name) return GroupId{static_cast<std::uint16_t>(i + 1)};
-        if (group_names_.size() >= 65535) throw std::length_error("ax: too many groups");
+            if (group_names_[i] == name)
+                return GroupId{static_cast<std::uint16_t>(i + 1)};
+        if (group_names_.size() >= 65535)
+            throw std::length_error("ax: too many groups");
         group_names_.emplace_back(name);
         return GroupId{static_cast<std::uint16_t>(group_names_.size())};
     }
 
     std::string group_name(GroupId g) {
         std::lock_guard lock(groups_mutex_);
-        if (g.value == 0 || g.value > group_names_.size()) return {};
+        if (g.value == 0 || g.value > group_names_.size())
+            return {};
         return group_names_[g.value - 1];
     }
 
@@ -225,12 +224,14 @@ public:
             cancel_all();
         }
         pool_.notify_all();
-        if (current_worker_owner == this) return false;  // cannot wait for ourselves
+        if (current_worker_owner == this)
+            return false; // cannot wait for ourselves
         {
             std::unique_lock lock(drain_mutex_);
             auto drained = [&] { return drained_; };
             if (timeout) {
-                if (!drain_cv_.wait_for(lock, *timeout, drained)) return false;
+                if (!drain_cv_.wait_for(lock, *timeout, drained))
+                    return false;
             } else {
                 drain_cv_.wait(lock, drained);
             }
@@ -264,7 +265,7 @@ public:
 
     void on_worker_exit(Worker& w) { flush_history(w.local.finished); }
 
-private:
+  private:
     static constexpr std::size_t history_batch = 32;
 
     static std::uint32_t soft_limit(const Config& cfg) {
@@ -288,7 +289,8 @@ private:
     std::optional<SubmitError> validate(const SubmitOptions& o) const {
         auto bad = [&](std::string why) {
             refused_other_.fetch_add(1, std::memory_order_relaxed);
-            SubmitError e{Errc::invalid_options, queue_.length(), queue_.capacity(), {}, std::move(why)};
+            SubmitError e{
+                Errc::invalid_options, queue_.length(), queue_.capacity(), {}, std::move(why)};
             return std::optional<SubmitError>(std::move(e));
         };
         if (static_cast<std::uint8_t>(o.priority) >= priority_count)
@@ -310,7 +312,8 @@ private:
     }
 
     SubmitError backpressure_error(Errc code, std::uint32_t len) const {
-        const std::uint32_t limit = code == Errc::queue_full ? queue_.capacity() : queue_.soft_limit();
+        const std::uint32_t limit =
+            code == Errc::queue_full ? queue_.capacity() : queue_.soft_limit();
         const std::uint32_t excess = len >= limit ? len - limit + 1 : 1;
         return SubmitError{code, len, queue_.capacity(), retry_after(excess), {}};
     }
@@ -322,7 +325,8 @@ private:
         double rate = drain_rate_.load(std::memory_order_relaxed);
         if (rate <= 0.0) {
             const double avg_s = avg_duration_s_.load(std::memory_order_relaxed);
-            if (avg_s > 0.0) rate = std::max<std::uint32_t>(pool_.live(), 1) / avg_s;
+            if (avg_s > 0.0)
+                rate = std::max<std::uint32_t>(pool_.live(), 1) / avg_s;
         }
         std::chrono::microseconds hint;
         if (rate <= 0.0) {
@@ -330,7 +334,8 @@ private:
         } else {
             hint = std::chrono::microseconds(static_cast<std::int64_t>(1e6 * excess / rate));
         }
-        return std::clamp(hint, std::chrono::microseconds(1), std::chrono::microseconds(60'000'000));
+        return std::clamp(hint, std::chrono::microseconds(1),
+                          std::chrono::microseconds(60'000'000));
     }
 
     template <class F>
@@ -341,7 +346,8 @@ private:
             refused_other_.fetch_add(1, std::memory_order_relaxed);
             return SubmitError{Errc::shutting_down, queue_.length(), queue_.capacity(), {}, {}};
         }
-        if (auto e = validate(o)) return e;
+        if (auto e = validate(o))
+            return e;
         // Cheap pre-check so a producer hammering a full queue never builds a record.
         const std::uint32_t seen = queue_.length();
         if (seen >= queue_.capacity() ||
@@ -368,8 +374,8 @@ private:
         r.content = Content::callable;
         r.priority = o.priority;
         r.attempts.store(0, std::memory_order_relaxed);
-        r.max_retries = static_cast<std::uint8_t>(o.max_retries < 0 ? cfg_.retry_max
-                                                                    : static_cast<std::uint32_t>(o.max_retries));
+        r.max_retries = static_cast<std::uint8_t>(
+            o.max_retries < 0 ? cfg_.retry_max : static_cast<std::uint32_t>(o.max_retries));
         r.timeout_ms = static_cast<std::uint32_t>(o.timeout.count());
         r.group = o.group.value;
         if (!o.name.empty() || r.extras != nullptr) {
@@ -377,7 +383,8 @@ private:
             r.ensure_extras().name.assign(o.name);
             r.unlock_extras();
         }
-        if (!r.stop.stop_possible() || r.stop.stop_requested()) r.stop = std::stop_source();
+        if (!r.stop.stop_possible() || r.stop.stop_requested())
+            r.stop = std::stop_source();
         const auto now = now_ns();
         r.enqueue_ns.store(now, std::memory_order_relaxed);
         r.start_ns.store(0, std::memory_order_relaxed);
@@ -411,13 +418,15 @@ private:
         {
             std::lock_guard lock(dispatch_mutex_);
             if (queue_.swap(batch_)) {
-                for (const auto i : batch_) lanes_.push(links, i, slab_->at(i).priority);
+                for (const auto i : batch_)
+                    lanes_.push(links, i, slab_->at(i).priority);
                 batch_.clear();
             }
             const bool discard = discard_.load(std::memory_order_acquire);
             for (;;) {
                 const std::uint32_t i = lanes_.pop(links, now);
-                if (i == none) break;
+                if (i == none)
+                    break;
                 TaskRecord& r = slab_->at(i);
                 auto s = r.state.load(std::memory_order_acquire);
                 bool started = false;
@@ -436,11 +445,13 @@ private:
                     break;
                 }
                 // A tombstone (cancelled while queued), or shutdown(cancel) discarding the queue.
-                if (discard) cancel_pinned(r, i);
+                if (discard)
+                    cancel_pinned(r, i);
                 local->finished.push_back(i);
             }
         }
-        if (local->finished.size() >= history_batch) flush_history(local->finished);
+        if (local->finished.size() >= history_batch)
+            flush_history(local->finished);
         return index;
     }
 
@@ -469,8 +480,8 @@ private:
         const bool can_retry = attempt <= r.max_retries && r.content == Content::callable &&
                                !discard_.load(std::memory_order_relaxed);
         if (can_retry && (s & cancel_requested_bit) == 0) {
-            const auto delay = retry_delay(cfg_.retry_base_delay, cfg_.retry_jitter,
-                                           attempt + 1u, jitter_());
+            const auto delay =
+                retry_delay(cfg_.retry_base_delay, cfg_.retry_jitter, attempt + 1u, jitter_());
             const std::int64_t due = end + delay.count();
             r.mark_ns.store(due, std::memory_order_relaxed);
             if (r.state.compare_exchange_strong(
@@ -494,11 +505,12 @@ private:
         for (;;) {
             const TaskState final_state =
                 (s & cancel_requested_bit) != 0 ? TaskState::cancelled : wanted;
-            if (r.state.compare_exchange_weak(s, static_cast<std::uint32_t>(final_state) |
-                                                     (s & has_waiter_bit),
-                                              std::memory_order_acq_rel)) {
+            if (r.state.compare_exchange_weak(
+                    s, static_cast<std::uint32_t>(final_state) | (s & has_waiter_bit),
+                    std::memory_order_acq_rel)) {
                 count_terminal(final_state);
-                if ((s & has_waiter_bit) != 0) slab_->notify_waiters(index);
+                if ((s & has_waiter_bit) != 0)
+                    slab_->notify_waiters(index);
                 break;
             }
         }
@@ -507,12 +519,17 @@ private:
 
     void count_terminal(TaskState s) noexcept {
         switch (s) {
-            case TaskState::succeeded: succeeded_.fetch_add(1, std::memory_order_relaxed); break;
-            case TaskState::dead_lettered:
-                dead_lettered_.fetch_add(1, std::memory_order_relaxed);
-                break;
-            case TaskState::cancelled: cancelled_.fetch_add(1, std::memory_order_relaxed); break;
-            default: break;
+        case TaskState::succeeded:
+            succeeded_.fetch_add(1, std::memory_order_relaxed);
+            break;
+        case TaskState::dead_lettered:
+            dead_lettered_.fetch_add(1, std::memory_order_relaxed);
+            break;
+        case TaskState::cancelled:
+            cancelled_.fetch_add(1, std::memory_order_relaxed);
+            break;
+        default:
+            break;
         }
     }
 
@@ -532,13 +549,15 @@ private:
                         waiting_retry_.fetch_sub(1, std::memory_order_acq_rel);
                     }
                     count_terminal(TaskState::cancelled);
-                    if ((s & has_waiter_bit) != 0) slab_->notify_waiters(index);
+                    if ((s & has_waiter_bit) != 0)
+                        slab_->notify_waiters(index);
                     // The record stays linked where it waits (lane or timer heap) as a tombstone;
                     // whoever pops it sends it to history.
                     return true;
                 }
             } else if (st == TaskState::running) {
-                if ((s & cancel_requested_bit) != 0) return true;
+                if ((s & cancel_requested_bit) != 0)
+                    return true;
                 if (r.state.compare_exchange_weak(s, s | cancel_requested_bit,
                                                   std::memory_order_acq_rel)) {
                     r.stop.request_stop();
@@ -557,7 +576,8 @@ private:
             Links links{slab_.get()};
             std::lock_guard lock(dispatch_mutex_);
             if (queue_.swap(batch_)) {
-                for (const auto i : batch_) lanes_.push(links, i, slab_->at(i).priority);
+                for (const auto i : batch_)
+                    lanes_.push(links, i, slab_->at(i).priority);
                 batch_.clear();
             }
             for (std::uint32_t i = lanes_.pop(links, INT64_MIN); i != none;
@@ -571,7 +591,8 @@ private:
         }
         pool_.for_each([&](Worker& w) {
             const auto i = w.current.load(std::memory_order_relaxed);
-            if (i == none) return;
+            if (i == none)
+                return;
             TaskRecord& r = slab_->at(i);
             cancel(TaskId::make(i, r.generation.load(std::memory_order_relaxed)));
         });
@@ -581,7 +602,8 @@ private:
     void retire(std::uint32_t index, WorkerLocal* local) {
         if (local != nullptr) {
             local->finished.push_back(index);
-            if (local->finished.size() >= history_batch) flush_history(local->finished);
+            if (local->finished.size() >= history_batch)
+                flush_history(local->finished);
         } else {
             std::vector<std::uint32_t> one{index};
             flush_history(one);
@@ -589,7 +611,8 @@ private:
     }
 
     void flush_history(std::vector<std::uint32_t>& finished) {
-        if (finished.empty()) return;
+        if (finished.empty())
+            return;
         std::vector<std::uint32_t> evicted;
         {
             std::lock_guard lock(history_mutex_);
@@ -608,7 +631,8 @@ private:
             }
         }
         finished.clear();
-        for (const auto i : evicted) slab_->release(i);
+        for (const auto i : evicted)
+            slab_->release(i);
     }
 
     // ---- maintenance tick ---------------------------------------------------------------------
@@ -619,7 +643,8 @@ private:
         std::unique_lock lock(m);
         while (!st.stop_requested()) {
             cv.wait_for(lock, st, cfg_.dispatch_interval, [] { return false; });
-            if (st.stop_requested()) break;
+            if (st.stop_requested())
+                break;
             tick();
         }
     }
@@ -654,9 +679,11 @@ private:
                 in.current_target = pool_.target();
             }
         }
-        if (control) pool_.set_target(controller_(in));
+        if (control)
+            pool_.set_target(controller_(in));
         pool_.reap();
-        if (accepting_.load(std::memory_order_acquire)) pool_.grow(qlen);
+        if (accepting_.load(std::memory_order_acquire))
+            pool_.grow(qlen);
         check_drained();
     }
 
@@ -682,19 +709,25 @@ private:
                 queue_.push_unchecked(i, r.priority);
                 ++requeued;
             } else {
-                retire(i, nullptr);  // cancelled while waiting: a tombstone
+                retire(i, nullptr); // cancelled while waiting: a tombstone
             }
         }
-        if (requeued == 1) pool_.notify_work();
-        if (requeued > 1) pool_.notify_all();
+        if (requeued == 1)
+            pool_.notify_work();
+        if (requeued > 1)
+            pool_.notify_all();
     }
 
     void check_drained() {
-        if (accepting_.load(std::memory_order_acquire)) return;
+        if (accepting_.load(std::memory_order_acquire))
+            return;
         // Order matters: queue, then busy workers, then timers (see docs/design.md, shutdown).
-        if (queue_.length() != 0) return;
-        if (pool_.busy_count() != 0) return;
-        if (waiting_retry_.load(std::memory_order_acquire) != 0) return;
+        if (queue_.length() != 0)
+            return;
+        if (pool_.busy_count() != 0)
+            return;
+        if (waiting_retry_.load(std::memory_order_acquire) != 0)
+            return;
         {
             std::lock_guard lock(drain_mutex_);
             drained_ = true;
@@ -704,7 +737,8 @@ private:
 
     void stop_threads() {
         std::lock_guard lock(stop_mutex_);
-        if (stopped_) return;
+        if (stopped_)
+            return;
         stopped_ = true;
         if (ticker_.joinable()) {
             ticker_.request_stop();
@@ -723,7 +757,7 @@ private:
     std::vector<std::uint32_t> batch_;
 
     RetryTimers timers_;
-    std::vector<std::uint32_t> due_;  // ticker only
+    std::vector<std::uint32_t> due_; // ticker only
 
     std::mutex metrics_mutex_;
     MetricsWindow window_;
@@ -757,10 +791,10 @@ private:
     std::mutex stop_mutex_;
     bool stopped_ = false;
     std::jthread ticker_;
-    Pool pool_;  // last: its threads stop first and may use everything above
+    Pool pool_; // last: its threads stop first and may use everything above
 };
 
-}  // namespace detail
+} // namespace detail
 
 /// The in-process scheduler: submit / cancel / query plus metrics and shutdown.
 ///
@@ -774,7 +808,7 @@ template <class Clock = std::chrono::steady_clock, class Controller = LittleCont
 class Scheduler {
     using Core = detail::SchedulerCore<Clock, Controller>;
 
-public:
+  public:
     using clock = Clock;
     /// What query() returns.
     using Info = TaskInfo<Clock>;
@@ -802,8 +836,7 @@ public:
 
     /// Like submit, without a handle (fire and forget): slightly cheaper, and the result is
     /// discarded. The ID still works with cancel() and query().
-    template <class F>
-    Expected<TaskId> post(F&& f, const SubmitOptions& options = {}) {
+    template <class F> Expected<TaskId> post(F&& f, const SubmitOptions& options = {}) {
         return core_->post(std::forward<F>(f), options);
     }
 
@@ -834,8 +867,8 @@ public:
     /// The validated configuration.
     [[nodiscard]] const Config& config() const noexcept { return core_->config(); }
 
-private:
+  private:
     std::shared_ptr<Core> core_;
 };
 
-}  // namespace ax
+} // namespace ax

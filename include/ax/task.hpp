@@ -1,6 +1,8 @@
 // ax — Adaptive eXchange Scheduler. SPDX-License-Identifier: MIT
 #pragma once
 
+#include "errors.hpp"
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -18,8 +20,6 @@
 #include <type_traits>
 #include <utility>
 
-#include "errors.hpp"
-
 namespace ax {
 
 /// Dispatch lane of a task. The ring serves High:Normal:Low in Config's weights (3:2:1 by default).
@@ -31,23 +31,29 @@ inline constexpr std::size_t priority_count = 3;
 /// Where a task is in its life. succeeded, dead_lettered and cancelled are terminal: a task
 /// reaches exactly one of them, exactly once.
 enum class TaskState : std::uint8_t {
-    queued = 1,     ///< Admitted, waiting in its priority lane.
-    running,        ///< An attempt is executing on a worker.
-    waiting_retry,  ///< An attempt failed; waiting (without a thread) for its retry time.
-    succeeded,      ///< The callable returned; its value is in the handle.
-    dead_lettered,  ///< Every allowed attempt failed; the last exception is in the handle.
-    cancelled,      ///< cancel() or shutdown(cancel) ended it.
+    queued = 1,    ///< Admitted, waiting in its priority lane.
+    running,       ///< An attempt is executing on a worker.
+    waiting_retry, ///< An attempt failed; waiting (without a thread) for its retry time.
+    succeeded,     ///< The callable returned; its value is in the handle.
+    dead_lettered, ///< Every allowed attempt failed; the last exception is in the handle.
+    cancelled,     ///< cancel() or shutdown(cancel) ended it.
 };
 
 /// Human-readable name of a state ("queued", "running", ...).
 constexpr std::string_view to_string(TaskState s) noexcept {
     switch (s) {
-        case TaskState::queued: return "queued";
-        case TaskState::running: return "running";
-        case TaskState::waiting_retry: return "waiting_retry";
-        case TaskState::succeeded: return "succeeded";
-        case TaskState::dead_lettered: return "dead_lettered";
-        case TaskState::cancelled: return "cancelled";
+    case TaskState::queued:
+        return "queued";
+    case TaskState::running:
+        return "running";
+    case TaskState::waiting_retry:
+        return "waiting_retry";
+    case TaskState::succeeded:
+        return "succeeded";
+    case TaskState::dead_lettered:
+        return "dead_lettered";
+    case TaskState::cancelled:
+        return "cancelled";
     }
     return "unknown";
 }
@@ -55,17 +61,19 @@ constexpr std::string_view to_string(TaskState s) noexcept {
 /// Human-readable name of a priority ("high", "normal", "low").
 constexpr std::string_view to_string(Priority p) noexcept {
     switch (p) {
-        case Priority::high: return "high";
-        case Priority::normal: return "normal";
-        case Priority::low: return "low";
+    case Priority::high:
+        return "high";
+    case Priority::normal:
+        return "normal";
+    case Priority::low:
+        return "low";
     }
     return "unknown";
 }
 
 /// True for succeeded, dead_lettered and cancelled.
 constexpr bool is_terminal(TaskState s) noexcept {
-    return s == TaskState::succeeded || s == TaskState::dead_lettered ||
-           s == TaskState::cancelled;
+    return s == TaskState::succeeded || s == TaskState::dead_lettered || s == TaskState::cancelled;
 }
 
 /// Identifies one task for its whole life. It carries the task record's slot and a generation,
@@ -190,7 +198,8 @@ struct alignas(64) TaskRecord {
         return static_cast<TaskState>(state.load(mo) & state_mask);
     }
     void destroy_content() noexcept {
-        if (content == Content::none) return;
+        if (content == Content::none)
+            return;
         if (content == Content::exception) {
             std::launder(reinterpret_cast<std::exception_ptr*>(storage))->~exception_ptr();
         } else {
@@ -204,11 +213,13 @@ struct alignas(64) TaskRecord {
         content = Content::exception;
     }
     [[nodiscard]] std::exception_ptr stored_exception() const noexcept {
-        if (content != Content::exception) return nullptr;
+        if (content != Content::exception)
+            return nullptr;
         return *std::launder(reinterpret_cast<const std::exception_ptr*>(storage));
     }
     TaskExtras& ensure_extras() {
-        if (extras == nullptr) extras = new TaskExtras();
+        if (extras == nullptr)
+            extras = new TaskExtras();
         return *extras;
     }
     void lock_extras() noexcept {
@@ -231,14 +242,14 @@ static_assert(sizeof(TaskRecord) == 128, "TaskRecord is sized to two cache lines
 
 /// Whether a T is stored inline in a record's storage.
 template <class T>
-inline constexpr bool fits_inline =
-    sizeof(T) <= small_buffer_size && alignof(T) <= 16 && std::is_nothrow_move_constructible_v<T>;
+inline constexpr bool fits_inline = sizeof(T) <= small_buffer_size &&
+                                    alignof(T) <= 16 && std::is_nothrow_move_constructible_v<T>;
 
 /// Owns every task record: fixed-size chunks that never move, a lock-free free list of slot
 /// indices, and the striped mutex/condvar table that blocking waits park on. Shared by the
 /// scheduler and every handle, so a handle outlives its scheduler safely.
 class TaskSlab {
-public:
+  public:
     static constexpr std::uint32_t chunk_bits = 10;
     static constexpr std::uint32_t chunk_size = 1u << chunk_bits;
     static constexpr std::uint32_t max_chunks = 1u << 14;
@@ -252,11 +263,13 @@ public:
     TaskSlab& operator=(const TaskSlab&) = delete;
     ~TaskSlab() {
         const auto n = chunk_count_.load(std::memory_order_acquire);
-        for (std::uint32_t i = 0; i < n; ++i) delete[] chunks_[i].load(std::memory_order_relaxed);
+        for (std::uint32_t i = 0; i < n; ++i)
+            delete[] chunks_[i].load(std::memory_order_relaxed);
     }
 
     [[nodiscard]] TaskRecord& at(std::uint32_t index) const noexcept {
-        return chunks_[index >> chunk_bits].load(std::memory_order_acquire)[index & (chunk_size - 1)];
+        return chunks_[index >> chunk_bits].load(
+            std::memory_order_acquire)[index & (chunk_size - 1)];
     }
 
     /// A free slot with refs = 0 and a fresh generation, or nullopt when the slab is exhausted.
@@ -271,26 +284,31 @@ public:
                                                      std::memory_order_acquire))
                     return index;
             }
-            if (!grow()) return std::nullopt;
+            if (!grow())
+                return std::nullopt;
         }
     }
 
     /// Drops one reference; the last one recycles the slot.
     void release(std::uint32_t index) noexcept {
         TaskRecord& r = at(index);
-        if (r.refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+        if (r.refs.fetch_sub(1, std::memory_order_acq_rel) != 1)
+            return;
         recycle(index, r);
     }
 
     /// Pins the live record of `id` (refs + 1) or returns nullptr when the ID is stale.
     TaskRecord* try_pin(TaskId id) noexcept {
-        if (!id.valid()) return nullptr;
+        if (!id.valid())
+            return nullptr;
         const std::uint32_t chunk = id.index() >> chunk_bits;
-        if (chunk >= chunk_count_.load(std::memory_order_acquire)) return nullptr;
+        if (chunk >= chunk_count_.load(std::memory_order_acquire))
+            return nullptr;
         TaskRecord& r = at(id.index());
         auto refs = r.refs.load(std::memory_order_acquire);
         do {
-            if (refs == 0) return nullptr;
+            if (refs == 0)
+                return nullptr;
         } while (!r.refs.compare_exchange_weak(refs, refs + 1, std::memory_order_acq_rel,
                                                std::memory_order_acquire));
         if (r.generation.load(std::memory_order_acquire) != id.generation()) {
@@ -303,12 +321,14 @@ public:
     /// Blocks until the record's state is terminal or `deadline` passes; true if terminal.
     template <class Deadline>
     bool wait_terminal(TaskRecord& r, std::uint32_t index, const Deadline* deadline) {
-        if (is_terminal(r.load_state())) return true;
+        if (is_terminal(r.load_state()))
+            return true;
         auto& stripe = stripes_[index % wait_stripes];
         std::unique_lock lock(stripe.mutex);
         for (;;) {
             const auto s = r.state.fetch_or(has_waiter_bit, std::memory_order_acq_rel);
-            if (is_terminal(static_cast<TaskState>(s & state_mask))) return true;
+            if (is_terminal(static_cast<TaskState>(s & state_mask)))
+                return true;
             if (deadline == nullptr) {
                 stripe.cv.wait(lock);
             } else if (stripe.cv.wait_until(lock, *deadline) == std::cv_status::timeout) {
@@ -330,18 +350,20 @@ public:
         return std::size_t{chunk_count_.load(std::memory_order_acquire)} * chunk_size;
     }
 
-private:
+  private:
     bool grow() {
         std::lock_guard lock(grow_mutex_);
         if (static_cast<std::uint32_t>(free_head_.load(std::memory_order_acquire)) != 0)
             return true;
         const auto n = chunk_count_.load(std::memory_order_relaxed);
-        if (n == max_chunks) return false;
+        if (n == max_chunks)
+            return false;
         auto* chunk = new TaskRecord[chunk_size];
         chunks_[n].store(chunk, std::memory_order_release);
         chunk_count_.store(n + 1, std::memory_order_release);
         // Push in reverse so low indices come out first (friendlier to caches).
-        for (std::uint32_t i = chunk_size; i-- > 0;) push_free(n * chunk_size + i);
+        for (std::uint32_t i = chunk_size; i-- > 0;)
+            push_free(n * chunk_size + i);
         return true;
     }
 
@@ -364,7 +386,8 @@ private:
         }
         r.state.store(0, std::memory_order_relaxed);
         auto g = r.generation.load(std::memory_order_relaxed) + 1;
-        if (g == 0) g = 1;
+        if (g == 0)
+            g = 1;
         r.generation.store(g, std::memory_order_release);
         push_free(index);
     }
@@ -381,12 +404,12 @@ private:
     Stripe stripes_[wait_stripes];
 };
 
-}  // namespace detail
+} // namespace detail
 
 /// What a running callable receives: who it is, which attempt, how to notice a stop request, and
 /// how to tell the watchdog it is still making progress.
 class TaskContext {
-public:
+  public:
     /// The task's ID.
     [[nodiscard]] TaskId id() const noexcept { return id_; }
     /// Attempt number, 1 for the first run.
@@ -398,9 +421,7 @@ public:
     /// Shorthand for stop_token().stop_requested().
     [[nodiscard]] bool stop_requested() const noexcept { return record_->stop.stop_requested(); }
     /// Reports progress: the timeout is measured from the last heartbeat instead of the start.
-    void heartbeat() noexcept {
-        record_->mark_ns.store(now_ns_(), std::memory_order_relaxed);
-    }
+    void heartbeat() noexcept { record_->mark_ns.store(now_ns_(), std::memory_order_relaxed); }
     /// The name given at submit (empty if none).
     [[nodiscard]] std::string_view name() const noexcept {
         return record_->extras != nullptr ? std::string_view(record_->extras->name)
@@ -411,7 +432,7 @@ public:
     TaskContext(detail::TaskRecord& record, TaskId id, std::int64_t (*now_ns)()) noexcept
         : record_(&record), id_(id), now_ns_(now_ns) {}
 
-private:
+  private:
     detail::TaskRecord* record_;
     TaskId id_;
     std::int64_t (*now_ns_)();
@@ -420,18 +441,16 @@ private:
 namespace detail {
 
 /// The return type of a callable taken by submit: it may accept a TaskContext& or nothing.
-template <class F>
-struct CallableTraits {
+template <class F> struct CallableTraits {
     static constexpr bool takes_context = std::is_invocable_v<F&, TaskContext&>;
     static constexpr bool takes_nothing = std::is_invocable_v<F&>;
     static_assert(takes_context || takes_nothing,
                   "ax: a task must be callable as f(ax::TaskContext&) or f()");
     using result = typename std::conditional_t<takes_context, std::invoke_result<F&, TaskContext&>,
-                                      std::invoke_result<F&>>::type;
+                                               std::invoke_result<F&>>::type;
 };
 
-template <class T>
-T* storage_as(TaskRecord& r) noexcept {
+template <class T> T* storage_as(TaskRecord& r) noexcept {
     if constexpr (fits_inline<T>) {
         return std::launder(reinterpret_cast<T*>(r.storage));
     } else {
@@ -439,8 +458,7 @@ T* storage_as(TaskRecord& r) noexcept {
     }
 }
 
-template <class T, class... Args>
-void storage_emplace(TaskRecord& r, Args&&... args) {
+template <class T, class... Args> void storage_emplace(TaskRecord& r, Args&&... args) {
     if constexpr (fits_inline<T>) {
         ::new (static_cast<void*>(r.storage)) T(std::forward<Args>(args)...);
     } else {
@@ -449,8 +467,7 @@ void storage_emplace(TaskRecord& r, Args&&... args) {
     }
 }
 
-template <class T>
-void storage_destroy(TaskRecord& r) noexcept {
+template <class T> void storage_destroy(TaskRecord& r) noexcept {
     if constexpr (fits_inline<T>) {
         storage_as<T>(r)->~T();
     } else {
@@ -461,14 +478,14 @@ void storage_destroy(TaskRecord& r) noexcept {
 /// Runs one attempt of F (op run; context is the TaskContext*) or destroys whatever the storage
 /// holds (op destroy). On success of run the callable is destroyed and the value takes its place;
 /// on failure the callable stays for a retry and the exception is returned.
-template <class F>
-std::exception_ptr manage(ManagerOp op, TaskRecord& r, void* context) {
+template <class F> std::exception_ptr manage(ManagerOp op, TaskRecord& r, void* context) {
     using R = typename CallableTraits<F>::result;
     if (op == ManagerOp::destroy) {
         if (r.content == Content::callable) {
             storage_destroy<F>(r);
         } else if constexpr (!std::is_void_v<R>) {
-            if (r.content == Content::value) storage_destroy<R>(r);
+            if (r.content == Content::value)
+                storage_destroy<R>(r);
         }
         return nullptr;
     }
@@ -498,13 +515,12 @@ std::exception_ptr manage(ManagerOp op, TaskRecord& r, void* context) {
     }
 }
 
-}  // namespace detail
+} // namespace detail
 
 /// The caller's side of one submitted task: its ID, and a way to wait for it and take its value
 /// or its exception. Move-only, like std::future; it may outlive the scheduler.
-template <class R>
-class TaskHandle {
-public:
+template <class R> class TaskHandle {
+  public:
     TaskHandle() = default;
     TaskHandle(TaskHandle&& o) noexcept
         : slab_(std::move(o.slab_)), record_(std::exchange(o.record_, nullptr)), id_(o.id_) {}
@@ -545,7 +561,8 @@ public:
     /// Waits, then returns the value, or rethrows the task's final exception (dead_lettered), or
     /// throws ax::TaskCancelled. Callable once; the handle is empty afterwards.
     R get() {
-        if (!valid()) throw std::logic_error("ax::TaskHandle::get on an empty handle");
+        if (!valid())
+            throw std::logic_error("ax::TaskHandle::get on an empty handle");
         wait();
         detail::TaskRecord& r = *record_;
         struct Release {
@@ -553,17 +570,19 @@ public:
             ~Release() { h->reset(); }
         } release{this};
         switch (r.load_state()) {
-            case TaskState::succeeded:
-                if constexpr (!std::is_void_v<R>) {
-                    return std::move(*detail::storage_as<R>(r));
-                } else {
-                    return;
-                }
-            case TaskState::cancelled: throw TaskCancelled();
-            default: {
-                if (auto e = r.stored_exception()) std::rethrow_exception(e);
-                throw TaskFailed("ax: task " + id_.to_string() + " failed");
+        case TaskState::succeeded:
+            if constexpr (!std::is_void_v<R>) {
+                return std::move(*detail::storage_as<R>(r));
+            } else {
+                return;
             }
+        case TaskState::cancelled:
+            throw TaskCancelled();
+        default: {
+            if (auto e = r.stored_exception())
+                std::rethrow_exception(e);
+            throw TaskFailed("ax: task " + id_.to_string() + " failed");
+        }
         }
     }
 
@@ -571,7 +590,7 @@ public:
     TaskHandle(std::shared_ptr<detail::TaskSlab> slab, detail::TaskRecord* record, TaskId id)
         : slab_(std::move(slab)), record_(record), id_(id) {}
 
-private:
+  private:
     void reset() noexcept {
         if (record_ != nullptr) {
             slab_->release(id_.index());
@@ -586,8 +605,7 @@ private:
 };
 
 /// What query() reports about one task.
-template <class Clock = std::chrono::steady_clock>
-struct TaskInfo {
+template <class Clock = std::chrono::steady_clock> struct TaskInfo {
     using TimePoint = typename Clock::time_point;
     TaskId id{};
     TaskState state = TaskState::queued;
@@ -611,10 +629,9 @@ struct TaskInfo {
     std::string last_error;
 };
 
-}  // namespace ax
+} // namespace ax
 
-template <>
-struct std::hash<ax::TaskId> {
+template <> struct std::hash<ax::TaskId> {
     std::size_t operator()(ax::TaskId id) const noexcept {
         return std::hash<std::uint64_t>{}(id.value);
     }

@@ -1,6 +1,8 @@
 // ax — Adaptive eXchange Scheduler. SPDX-License-Identifier: MIT
 #pragma once
 
+#include "metrics.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -10,8 +12,6 @@
 #include <mutex>
 #include <thread>
 #include <vector>
-
-#include "metrics.hpp"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -38,9 +38,8 @@ inline void cpu_relax() noexcept {
 ///
 /// Idle workers spin briefly (one at a time) and then park on an epoch counter with
 /// std::atomic::wait; a producer wakes one parked worker only when nobody is spinning.
-template <class Host>
-class WorkerPool {
-public:
+template <class Host> class WorkerPool {
+  public:
     /// One worker thread and what it alone writes.
     struct Worker {
         WorkerCounters counters;
@@ -67,11 +66,14 @@ public:
     /// load when workers are busy or one is spinning.
     void notify_work() noexcept {
         std::atomic_thread_fence(std::memory_order_seq_cst);
-        if (parked_.load(std::memory_order_acquire) == 0) return;
+        if (parked_.load(std::memory_order_acquire) == 0)
+            return;
         // A spinning worker will see the work; a worker already being woken will too. Either
         // way the producer is spared the futex call (about 1-2 us) that dominates tiny tasks.
-        if (spinning_.load(std::memory_order_acquire) != 0) return;
-        if (waking_.exchange(true, std::memory_order_acq_rel)) return;
+        if (spinning_.load(std::memory_order_acquire) != 0)
+            return;
+        if (waking_.exchange(true, std::memory_order_acq_rel))
+            return;
         epoch_.fetch_add(1, std::memory_order_seq_cst);
         epoch_.notify_one();
     }
@@ -86,7 +88,8 @@ public:
     void set_target(std::uint32_t t) {
         t = std::clamp(t, min_, max_);
         const auto old = target_.exchange(t, std::memory_order_acq_rel);
-        if (t < old) notify_all();
+        if (t < old)
+            notify_all();
     }
 
     /// Creates threads toward the target, but only as many as queued work can use beyond the
@@ -94,9 +97,11 @@ public:
     std::uint32_t grow(std::uint32_t queued) {
         const auto live = live_.load(std::memory_order_acquire);
         const auto target = target_.load(std::memory_order_acquire);
-        if (live >= target) return 0;
+        if (live >= target)
+            return 0;
         const auto idle = live - std::min(live, busy_count());
-        if (queued <= idle) return 0;
+        if (queued <= idle)
+            return 0;
         const auto n = std::min(target - live, queued - idle);
         spawn(n);
         return n;
@@ -118,7 +123,7 @@ public:
             }
             workers_.erase(it, workers_.end());
         }
-        dead.clear();  // joins outside the lock
+        dead.clear(); // joins outside the lock
     }
 
     /// Stops every worker after its current task and joins them. Idempotent.
@@ -131,7 +136,8 @@ public:
             all.swap(workers_);
         }
         for (auto& w : all) {
-            if (w->thread.joinable()) w->thread.join();
+            if (w->thread.joinable())
+                w->thread.join();
             retired_succeeded_ += w->counters.attempts_succeeded.load();
             retired_failed_ += w->counters.attempts_failed.load();
             retired_busy_ns_ += w->counters.busy_ns.load();
@@ -142,15 +148,16 @@ public:
     [[nodiscard]] std::uint32_t busy_count() {
         std::lock_guard lock(mutex_);
         std::uint32_t n = 0;
-        for (const auto& w : workers_) n += w->counters.busy.load(std::memory_order_seq_cst) ? 1 : 0;
+        for (const auto& w : workers_)
+            n += w->counters.busy.load(std::memory_order_seq_cst) ? 1 : 0;
         return n;
     }
 
     /// Calls f(Worker&) for each worker under the pool lock.
-    template <class F>
-    void for_each(F&& f) {
+    template <class F> void for_each(F&& f) {
         std::lock_guard lock(mutex_);
-        for (auto& w : workers_) f(*w);
+        for (auto& w : workers_)
+            f(*w);
     }
 
     /// Summed per-worker counters (live and retired workers).
@@ -184,10 +191,11 @@ public:
         return target_.load(std::memory_order_acquire);
     }
 
-private:
+  private:
     void spawn(std::uint32_t n) {
         std::lock_guard lock(mutex_);
-        if (stopping_.load(std::memory_order_acquire)) return;
+        if (stopping_.load(std::memory_order_acquire))
+            return;
         for (std::uint32_t i = 0; i < n; ++i) {
             auto w = std::make_unique<Worker>();
             Worker* raw = w.get();
@@ -207,14 +215,17 @@ private:
         auto live = live_.load(std::memory_order_relaxed);
         for (;;) {
             const auto target = target_.load(std::memory_order_relaxed);
-            if (live <= target || live <= min_) return false;
-            if (live_.compare_exchange_weak(live, live - 1, std::memory_order_acq_rel)) return true;
+            if (live <= target || live <= min_)
+                return false;
+            if (live_.compare_exchange_weak(live, live - 1, std::memory_order_acq_rel))
+                return true;
         }
     }
 
     bool spin_for_work() noexcept {
         std::uint32_t expected = 0;
-        if (!spinning_.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) return false;
+        if (!spinning_.compare_exchange_strong(expected, 1, std::memory_order_acq_rel))
+            return false;
         const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(20);
         bool found = false;
         for (std::uint32_t i = 0; !found; ++i) {
@@ -223,7 +234,8 @@ private:
             } else if ((i & 15) == 15) {
                 // Yield rather than burn: with more threads than cores (a producer plus
                 // workers on 2 cores) a pure spin steals the producer's CPU.
-                if (std::chrono::steady_clock::now() >= until) break;
+                if (std::chrono::steady_clock::now() >= until)
+                    break;
                 std::this_thread::yield();
             } else {
                 cpu_relax();
@@ -251,12 +263,15 @@ private:
                 retired = true;
                 break;
             }
-            if (host_.run_one(w)) continue;
-            if (spin_for_work()) continue;
+            if (host_.run_one(w))
+                continue;
+            if (spin_for_work())
+                continue;
             park();
         }
         // A worker leaving for shutdown still counts in live_; keep the final stats honest.
-        if (!retired) live_.fetch_sub(1, std::memory_order_acq_rel);
+        if (!retired)
+            live_.fetch_sub(1, std::memory_order_acq_rel);
         host_.on_worker_exit(w);
         w.exited.store(true, std::memory_order_release);
     }
@@ -280,4 +295,4 @@ private:
     std::atomic<bool> stopping_{false};
 };
 
-}  // namespace ax::detail
+} // namespace ax::detail

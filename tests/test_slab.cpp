@@ -1,0 +1,289 @@
+// Unit tests for ax/task.hpp's detail::TaskSlab and ax::TaskId.
+#include <atomic>
+#include <ax/task.hpp>
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <set>
+#include <stdexcept>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+using ax::TaskId;
+using ax::detail::TaskRecord;
+using ax::detail::TaskSlab;
+
+namespace {
+
+// Acquires a slot the way the scheduler does: one owner reference.
+std::uint32_t acquire_owned(TaskSlab& slab) {
+    const auto slot = slab.acquire();
+    REQUIRE(slot.has_value());
+    slab.at(*slot).refs.store(1, std::memory_order_relaxed);
+    return *slot;
+}
+
+} // namespace
+
+TEST_CASE("TaskId packs index and generation", "[slab]") {
+    constexpr TaskId id = TaskId::make(5, 7);
+    static_assert(id.index() == 5);
+    static_assert(id.generation() == 7);
+    static_assert(id.valid());
+    CHECK(id.value == ((std::uint64_t{7} << 32) | 5));
+    CHECK(id.to_string() == "5#7");
+
+    constexpr TaskId none{};
+    static_assert(!none.valid());
+    CHECK(none.index() == 0);
+    CHECK(none.generation() == 0);
+    CHECK_FALSE(TaskId::make(5, 0).valid());
+
+    const TaskId big = TaskId::make(std::numeric_limits<std::uint32_t>::max(),
+                                    std::numeric_limits<std::uint32_t>::max());
+    CHECK(big.index() == std::numeric_limits<std::uint32_t>::max());
+    CHECK(big.generation() == std::numeric_limits<std::uint32_t>::max());
+    CHECK(big.to_string() == "4294967295#4294967295");
+
+    CHECK(TaskId::make(5, 7) == id);
+    CHECK_FALSE(TaskId::make(5, 8) == id);
+    CHECK_FALSE(TaskId::make(6, 7) == id);
+}
+
+TEST_CASE("TaskId hashes its value and works in unordered containers", "[slab]") {
+    const TaskId id = TaskId::make(12, 3);
+    CHECK(std::hash<TaskId>{}(id) == std::hash<std::uint64_t>{}(id.value));
+    std::unordered_set<TaskId> set{TaskId::make(1, 1), TaskId::make(1, 2), TaskId::make(2, 1)};
+    CHECK(set.size() == 3);
+    CHECK(set.count(TaskId::make(1, 2)) == 1);
+    CHECK(set.count(TaskId::make(2, 2)) == 0);
+}
+
+TEST_CASE("TaskSlab::acquire hands out distinct low indices first", "[slab]") {
+    auto slab = std::make_unique<TaskSlab>();
+    CHECK(slab->capacity() == 0);
+    std::vector<std::uint32_t> got;
+    for (int i = 0; i < 5; ++i)
+        got.push_back(*slab->acquire());
+    CHECK(got == std::vector<std::uint32_t>{0, 1, 2, 3, 4});
+    CHECK(slab->capacity() == TaskSlab::chunk_size);
+    for (const auto i : got) {
+        const TaskRecord& r = slab->at(i);
+        CHECK(r.refs.load() == 0);
+        CHECK(r.state.load() == 0);
+        CHECK(r.content == ax::detail::Content::none);
+    }
+}
+
+TEST_CASE("TaskSlab grows past one chunk", "[slab]") {
+    auto slab = std::make_unique<TaskSlab>();
+    std::set<std::uint32_t> got;
+    for (std::uint32_t i = 0; i < TaskSlab::chunk_size + 10; ++i) {
+        const auto slot = slab->acquire();
+        REQUIRE(slot.has_value());
+        got.insert(*slot);
+    }
+    CHECK(got.size() == TaskSlab::chunk_size + 10);
+    CHECK(*got.begin() == 0);
+    CHECK(*got.rbegin() == TaskSlab::chunk_size + 9);
+    CHECK(slab->capacity() == 2 * TaskSlab::chunk_size);
+    // Records in the second chunk are usable and distinct from the first.
+    CHECK(&slab->at(TaskSlab::chunk_size) != &slab->at(0));
+    slab->at(TaskSlab::chunk_size + 3).refs.store(1);
+    CHECK(slab->at(TaskSlab::chunk_size + 3).refs.load() == 1);
+}
+
+TEST_CASE("TaskSlab: a freshly acquired slot has a valid (non-zero) generation", "[slab]") {
+    // acquire() promises "a fresh generation"; the scheduler builds the task's ID as
+    // TaskId::make(index, generation), and an ID with generation 0 is invalid (try_pin,
+    // cancel and query all reject it).
+    auto slab = std::make_unique<TaskSlab>();
+    const std::uint32_t i = acquire_owned(*slab);
+    const std::uint32_t gen = slab->at(i).generation.load();
+    CHECK(gen != 0);
+    const TaskId id = TaskId::make(i, gen);
+    CHECK(id.valid());
+    TaskRecord* pinned = slab->try_pin(id);
+    CHECK(pinned == &slab->at(i));
+    if (pinned != nullptr)
+        slab->release(i);
+    CHECK(slab->at(i).refs.load() == 1);
+}
+
+TEST_CASE("TaskSlab::release recycles on the last reference", "[slab]") {
+    auto slab = std::make_unique<TaskSlab>();
+    const std::uint32_t i = acquire_owned(*slab);
+    TaskRecord& r = slab->at(i);
+    const std::uint32_t g0 = r.generation.load();
+    r.refs.store(2);
+    r.state.store(static_cast<std::uint32_t>(ax::TaskState::succeeded) |
+                  ax::detail::has_waiter_bit);
+
+    slab->release(i);
+    CHECK(r.refs.load() == 1);
+    CHECK(r.generation.load() == g0); // still live
+    CHECK(r.state.load() != 0);
+
+    slab->release(i);
+    CHECK(r.refs.load() == 0);
+    CHECK(r.generation.load() == g0 + 1);
+    CHECK(r.state.load() == 0);
+
+    // LIFO free list: the recycled slot comes back first, with the bumped generation.
+    const auto again = slab->acquire();
+    REQUIRE(again.has_value());
+    CHECK(*again == i);
+    CHECK(slab->at(*again).generation.load() == g0 + 1);
+}
+
+TEST_CASE("TaskSlab recycle destroys content and clears extras", "[slab]") {
+    auto slab = std::make_unique<TaskSlab>();
+    const std::uint32_t i = acquire_owned(*slab);
+    TaskRecord& r = slab->at(i);
+    r.store_exception(std::make_exception_ptr(std::runtime_error("boom")));
+    CHECK(r.content == ax::detail::Content::exception);
+    CHECK(r.stored_exception() != nullptr);
+    r.ensure_extras().name = "job";
+    r.set_last_error("failed once");
+    CHECK(r.extras->last_error == "failed once");
+
+    slab->release(i);
+    CHECK(r.content == ax::detail::Content::none);
+    CHECK(r.stored_exception() == nullptr);
+    REQUIRE(r.extras != nullptr);  // kept for reuse...
+    CHECK(r.extras->name.empty()); // ...but emptied
+    CHECK(r.extras->last_error.empty());
+}
+
+TEST_CASE("TaskSlab generation skips 0 when it wraps", "[slab]") {
+    auto slab = std::make_unique<TaskSlab>();
+    const std::uint32_t i = acquire_owned(*slab);
+    slab->at(i).generation.store(std::numeric_limits<std::uint32_t>::max());
+    slab->release(i);
+    CHECK(slab->at(i).generation.load() == 1);
+}
+
+TEST_CASE("TaskSlab::try_pin pins live IDs and rejects stale ones", "[slab]") {
+    auto slab = std::make_unique<TaskSlab>();
+    // Cycle the slot once so its generation is certainly non-zero whatever acquire() starts at.
+    const std::uint32_t i = acquire_owned(*slab);
+    slab->release(i);
+    REQUIRE(*slab->acquire() == i);
+    TaskRecord& r = slab->at(i);
+    r.refs.store(1);
+    const std::uint32_t g = r.generation.load();
+    REQUIRE(g != 0);
+    const TaskId live = TaskId::make(i, g);
+
+    SECTION("a live ID pins, release unpins") {
+        TaskRecord* p = slab->try_pin(live);
+        REQUIRE(p == &r);
+        CHECK(r.refs.load() == 2);
+        TaskRecord* p2 = slab->try_pin(live);
+        CHECK(p2 == &r);
+        CHECK(r.refs.load() == 3);
+        slab->release(i);
+        slab->release(i);
+        CHECK(r.refs.load() == 1);
+        CHECK(r.generation.load() == g);
+    }
+    SECTION("a stale generation is rejected and leaves refs alone") {
+        CHECK(slab->try_pin(TaskId::make(i, g + 1)) == nullptr);
+        CHECK(slab->try_pin(TaskId::make(i, g - 1 == 0 ? g + 2 : g - 1)) == nullptr);
+        CHECK(r.refs.load() == 1);
+        CHECK(r.generation.load() == g);
+    }
+    SECTION("an ID whose task was recycled is rejected") {
+        slab->release(i); // last reference: recycled, generation g + 1
+        CHECK(r.refs.load() == 0);
+        CHECK(slab->try_pin(live) == nullptr);
+        CHECK(r.refs.load() == 0);
+        // Reused by a new task: the old ID still does not alias it.
+        REQUIRE(*slab->acquire() == i);
+        r.refs.store(1);
+        CHECK(slab->try_pin(live) == nullptr);
+        CHECK(r.refs.load() == 1);
+        TaskRecord* p = slab->try_pin(TaskId::make(i, g + 1));
+        CHECK(p == &r);
+        CHECK(r.refs.load() == 2);
+        slab->release(i);
+    }
+    SECTION("invalid IDs and indices beyond the slab are rejected") {
+        CHECK(slab->try_pin(TaskId{}) == nullptr);
+        CHECK(slab->try_pin(TaskId::make(i, 0)) == nullptr);
+        CHECK(slab->try_pin(TaskId::make(TaskSlab::chunk_size, 1)) == nullptr);
+        CHECK(slab->try_pin(TaskId::make(std::numeric_limits<std::uint32_t>::max(), 1)) == nullptr);
+        CHECK(r.refs.load() == 1);
+    }
+    SECTION("a free slot (refs 0) is not pinned") {
+        const std::uint32_t j = *slab->acquire(); // acquired, refs still 0
+        CHECK(slab->try_pin(TaskId::make(j, slab->at(j).generation.load() + 1)) == nullptr);
+        CHECK(slab->try_pin(TaskId::make(j, 1)) == nullptr);
+        CHECK(slab->at(j).refs.load() == 0);
+    }
+}
+
+TEST_CASE("TaskSlab: 4 threads acquire/release concurrently, no slot handed out twice",
+          "[slab][threads]") {
+    auto slab = std::make_unique<TaskSlab>();
+    slab->release(acquire_owned(*slab)); // create the first chunk
+    std::vector<std::uint32_t> generation_before;
+    for (std::uint32_t i = 0; i < TaskSlab::chunk_size; ++i)
+        generation_before.push_back(slab->at(i).generation.load());
+    constexpr int threads_n = 4;
+    constexpr int rounds = 100000;
+    constexpr std::uint32_t tracked = 4 * TaskSlab::chunk_size;
+    std::vector<std::atomic<bool>> in_use(tracked);
+    for (auto& f : in_use)
+        f.store(false);
+    std::atomic<std::uint64_t> double_handouts{0};
+    std::atomic<std::uint64_t> out_of_range{0};
+    std::atomic<std::uint64_t> exhausted{0};
+
+    std::vector<std::thread> threads;
+    for (int t = 0; t < threads_n; ++t) {
+        threads.emplace_back([&] {
+            for (int n = 0; n < rounds; ++n) {
+                const auto slot = slab->acquire();
+                if (!slot) {
+                    exhausted.fetch_add(1);
+                    continue;
+                }
+                const std::uint32_t i = *slot;
+                if (i >= tracked) {
+                    out_of_range.fetch_add(1);
+                    continue;
+                }
+                if (in_use[i].exchange(true, std::memory_order_acq_rel))
+                    double_handouts.fetch_add(1);
+                slab->at(i).refs.store(1, std::memory_order_relaxed);
+                in_use[i].store(false, std::memory_order_release);
+                slab->release(i);
+            }
+        });
+    }
+    for (auto& t : threads)
+        t.join();
+
+    CHECK(double_handouts.load() == 0);
+    CHECK(out_of_range.load() == 0);
+    CHECK(exhausted.load() == 0);
+    // At most 4 slots are ever held at once, so one chunk suffices.
+    CHECK(slab->capacity() == TaskSlab::chunk_size);
+    // Every release recycled exactly once: generations advanced by the total round count.
+    std::uint64_t advanced = 0;
+    for (std::uint32_t i = 0; i < TaskSlab::chunk_size; ++i)
+        advanced += slab->at(i).generation.load() - generation_before[i];
+    CHECK(advanced == std::uint64_t{threads_n} * rounds);
+    // The free list is intact: all chunk_size slots can be taken, each once.
+    std::set<std::uint32_t> all;
+    for (std::uint32_t i = 0; i < TaskSlab::chunk_size; ++i)
+        all.insert(*slab->acquire());
+    CHECK(all.size() == TaskSlab::chunk_size);
+    CHECK(*all.rbegin() == TaskSlab::chunk_size - 1);
+    CHECK(slab->capacity() == TaskSlab::chunk_size);
+}
