@@ -350,6 +350,7 @@ TEST_CASE("query follows a task through every state", "[scheduler]") {
     Gate blocker_gate;
     auto blocker = sched.submit([&] { blocker_gate.wait(); });
     REQUIRE(blocker);
+    REQUIRE(eventually([&] { return blocker->state() == ax::TaskState::running; }));
     auto h = sched.submit(
         [&](ax::TaskContext& ctx) {
             ++attempt;

@@ -267,6 +267,7 @@ template <class Clock, class Controller> class SchedulerCore {
 
   private:
     static constexpr std::size_t history_batch = 32;
+    static constexpr std::uint32_t swap_period = 16;
 
     static std::uint32_t soft_limit(const Config& cfg) {
         const auto s = static_cast<std::uint32_t>(cfg.soft_limit_ratio * cfg.queue_capacity);
@@ -417,7 +418,11 @@ template <class Clock, class Controller> class SchedulerCore {
         std::uint32_t index = none;
         {
             std::lock_guard lock(dispatch_mutex_);
-            if (queue_.swap(batch_)) {
+            // Swap when the lanes run dry, else every swap_period pops: a new high-priority task
+            // waits at most that many dispatches, and a steady producer does not bounce the queue
+            // lock's cache line with the dispatcher on every task.
+            if ((lanes_.size() == 0 || ++pops_since_swap_ >= swap_period) && queue_.swap(batch_)) {
+                pops_since_swap_ = 0;
                 for (const auto i : batch_)
                     lanes_.push(links, i, slab_->at(i).priority);
                 batch_.clear();
@@ -505,28 +510,31 @@ template <class Clock, class Controller> class SchedulerCore {
         for (;;) {
             const TaskState final_state =
                 (s & cancel_requested_bit) != 0 ? TaskState::cancelled : wanted;
+            // Counted before publishing, so whoever sees the terminal state sees the totals.
+            count_terminal(final_state, 1);
             if (r.state.compare_exchange_weak(
                     s, static_cast<std::uint32_t>(final_state) | (s & has_waiter_bit),
                     std::memory_order_acq_rel)) {
-                count_terminal(final_state);
                 if ((s & has_waiter_bit) != 0)
                     slab_->notify_waiters(index);
                 break;
             }
+            count_terminal(final_state, -1);
         }
         retire(index, local);
     }
 
-    void count_terminal(TaskState s) noexcept {
+    void count_terminal(TaskState s, int delta) noexcept {
+        const auto d = static_cast<std::uint64_t>(static_cast<std::int64_t>(delta));
         switch (s) {
         case TaskState::succeeded:
-            succeeded_.fetch_add(1, std::memory_order_relaxed);
+            succeeded_.fetch_add(d, std::memory_order_relaxed);
             break;
         case TaskState::dead_lettered:
-            dead_lettered_.fetch_add(1, std::memory_order_relaxed);
+            dead_lettered_.fetch_add(d, std::memory_order_relaxed);
             break;
         case TaskState::cancelled:
-            cancelled_.fetch_add(1, std::memory_order_relaxed);
+            cancelled_.fetch_add(d, std::memory_order_relaxed);
             break;
         default:
             break;
@@ -540,15 +548,17 @@ template <class Clock, class Controller> class SchedulerCore {
             const auto st = static_cast<TaskState>(s & state_mask);
             if (st == TaskState::queued || st == TaskState::waiting_retry) {
                 r.finish_ns.store(now_ns(), std::memory_order_relaxed);
-                if (r.state.compare_exchange_weak(
+                count_terminal(TaskState::cancelled, 1);
+                if (!r.state.compare_exchange_weak(
                         s, static_cast<std::uint32_t>(TaskState::cancelled) | (s & has_waiter_bit),
                         std::memory_order_acq_rel)) {
+                    count_terminal(TaskState::cancelled, -1);
+                } else {
                     if (st == TaskState::queued) {
                         queue_.on_dequeued(r.priority);
                     } else {
                         waiting_retry_.fetch_sub(1, std::memory_order_acq_rel);
                     }
-                    count_terminal(TaskState::cancelled);
                     if ((s & has_waiter_bit) != 0)
                         slab_->notify_waiters(index);
                     // The record stays linked where it waits (lane or timer heap) as a tombstone;
@@ -613,16 +623,18 @@ template <class Clock, class Controller> class SchedulerCore {
     void flush_history(std::vector<std::uint32_t>& finished) {
         if (finished.empty())
             return;
-        std::vector<std::uint32_t> evicted;
+        // Evicted slots are written back over the front of `finished` (never past the entry
+        // being read), so a flush allocates nothing.
+        std::size_t evicted = 0;
         {
             std::lock_guard lock(history_mutex_);
             for (const auto i : finished) {
                 if (history_.empty()) {
-                    evicted.push_back(i);
+                    finished[evicted++] = i;
                     continue;
                 }
                 if (history_size_ == history_.size()) {
-                    evicted.push_back(history_[history_head_]);
+                    finished[evicted++] = history_[history_head_];
                     history_head_ = (history_head_ + 1) % history_.size();
                     --history_size_;
                 }
@@ -630,9 +642,8 @@ template <class Clock, class Controller> class SchedulerCore {
                 ++history_size_;
             }
         }
+        slab_->release_many(finished.data(), evicted);
         finished.clear();
-        for (const auto i : evicted)
-            slab_->release(i);
     }
 
     // ---- maintenance tick ---------------------------------------------------------------------
@@ -752,9 +763,10 @@ template <class Clock, class Controller> class SchedulerCore {
     DoubleBufferQueue queue_;
 
     // Dispatcher state: lanes and the swapped-out batch, under dispatch_mutex_.
-    std::mutex dispatch_mutex_;
+    SpinLock dispatch_mutex_;
     PriorityLanes<Links> lanes_;
     std::vector<std::uint32_t> batch_;
+    std::uint32_t pops_since_swap_ = 0;
 
     RetryTimers timers_;
     std::vector<std::uint32_t> due_; // ticker only
@@ -764,7 +776,7 @@ template <class Clock, class Controller> class SchedulerCore {
     Controller controller_;
     std::int64_t last_control_ns_ = 0;
 
-    std::mutex history_mutex_;
+    SpinLock history_mutex_;
     std::vector<std::uint32_t> history_;
     std::size_t history_head_ = 0;
     std::size_t history_size_ = 0;

@@ -297,6 +297,34 @@ class TaskSlab {
         recycle(index, r);
     }
 
+    /// release() for many slots; recycled ones go back to the free list with a single CAS, so
+    /// workers returning slots in batches barely touch the cache line producers allocate from.
+    void release_many(const std::uint32_t* indices, std::size_t n) noexcept {
+        std::uint32_t first = 0; // chain of recycled slots, as index + 1
+        std::uint32_t last = 0;
+        for (std::size_t k = 0; k < n; ++k) {
+            const std::uint32_t index = indices[k];
+            TaskRecord& r = at(index);
+            if (r.refs.fetch_sub(1, std::memory_order_acq_rel) != 1)
+                continue;
+            reset(r);
+            r.next.store(first, std::memory_order_relaxed);
+            if (first == 0)
+                last = index + 1;
+            first = index + 1;
+        }
+        if (first == 0)
+            return;
+        TaskRecord& tail = at(last - 1);
+        auto head = free_head_.load(std::memory_order_relaxed);
+        std::uint64_t tagged;
+        do {
+            tail.next.store(static_cast<std::uint32_t>(head), std::memory_order_relaxed);
+            tagged = ((head >> 32) + 1) << 32 | first;
+        } while (!free_head_.compare_exchange_weak(head, tagged, std::memory_order_release,
+                                                   std::memory_order_relaxed));
+    }
+
     /// Pins the live record of `id` (refs + 1) or returns nullptr when the ID is stale.
     TaskRecord* try_pin(TaskId id) noexcept {
         if (!id.valid())
@@ -379,6 +407,13 @@ class TaskSlab {
     }
 
     void recycle(std::uint32_t index, TaskRecord& r) noexcept {
+        reset(r);
+        push_free(index);
+    }
+
+    /// Returns a record to its free shape: content destroyed, strings kept for reuse, a new
+    /// generation so stale IDs stop matching.
+    static void reset(TaskRecord& r) noexcept {
         r.destroy_content();
         if (r.extras != nullptr) {
             r.extras->name.clear();
@@ -389,7 +424,6 @@ class TaskSlab {
         if (g == 0)
             g = 1;
         r.generation.store(g, std::memory_order_release);
-        push_free(index);
     }
 
     struct alignas(64) Stripe {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -74,14 +75,20 @@ template <class Host> class WorkerPool {
             return;
         if (waking_.exchange(true, std::memory_order_acq_rel))
             return;
-        epoch_.fetch_add(1, std::memory_order_seq_cst);
-        epoch_.notify_one();
+        {
+            std::lock_guard lock(park_mutex_);
+            ++epoch_;
+        }
+        park_cv_.notify_one();
     }
 
     /// Wakes every parked worker (many tasks at once, shrink, shutdown).
     void notify_all() noexcept {
-        epoch_.fetch_add(1, std::memory_order_seq_cst);
-        epoch_.notify_all();
+        {
+            std::lock_guard lock(park_mutex_);
+            ++epoch_;
+        }
+        park_cv_.notify_all();
     }
 
     /// Sets the worker target (clamped to [min, max]). Surplus workers leave after their task.
@@ -245,15 +252,21 @@ template <class Host> class WorkerPool {
         return found;
     }
 
+    /// Sleeps until notified. The wake token (waking_) is consumed by whichever worker next
+    /// passes through here, so a token set after every parked worker had left is never stranded.
+    /// A glibc condition variable (private futex) rather than std::atomic::wait, which this
+    /// libstdc++ implements with shared futexes and a page-table walk per call.
     void park() {
-        const auto e = epoch_.load(std::memory_order_seq_cst);
+        std::unique_lock lock(park_mutex_);
+        const std::uint64_t e = epoch_;
         parked_.fetch_add(1, std::memory_order_seq_cst);
-        if (!host_.has_work() && !stopping_.load(std::memory_order_seq_cst) &&
+        const bool token = waking_.exchange(false, std::memory_order_acq_rel);
+        if (!token && !host_.has_work() && !stopping_.load(std::memory_order_seq_cst) &&
             live_.load(std::memory_order_relaxed) <= target_.load(std::memory_order_relaxed)) {
-            epoch_.wait(e, std::memory_order_seq_cst);
+            park_cv_.wait(lock, [&] { return epoch_ != e; });
+            waking_.exchange(false, std::memory_order_acq_rel);
         }
         parked_.fetch_sub(1, std::memory_order_seq_cst);
-        waking_.store(false, std::memory_order_release);
     }
 
     void loop(Worker& w) {
@@ -284,7 +297,9 @@ template <class Host> class WorkerPool {
     std::uint64_t retired_succeeded_ = 0;
     std::uint64_t retired_failed_ = 0;
     std::int64_t retired_busy_ns_ = 0;
-    alignas(64) std::atomic<std::uint32_t> epoch_{0};
+    std::mutex park_mutex_;
+    std::condition_variable park_cv_;
+    std::uint64_t epoch_ = 0; // under park_mutex_
     alignas(64) std::atomic<std::uint32_t> parked_{0};
     std::atomic<std::uint32_t> spinning_{0};
     std::atomic<bool> waking_{false};
