@@ -127,3 +127,54 @@ TEST_CASE("LittleController wraps little_law_target with a copy of the config", 
     const ax::LittleController narrow(cfg);
     CHECK(narrow({200.0, 0.5, 0, 50}) == 51);
 }
+
+TEST_CASE("little_law_target does not grow while the process is CPU-bound", "[controller]") {
+    ax::Config cfg; // cpu_ceiling 0.9
+    ax::ControllerInput in;
+    in.incoming_rate = 200;
+    in.avg_duration_s = 0.5;
+    in.current_target = 50;
+    in.cpu_utilization = 0.95;
+    CHECK(ax::little_law_target(in, cfg) == 50); // would be 60
+    in.cpu_utilization = 0.5;
+    CHECK(ax::little_law_target(in, cfg) == 60);
+    // Shrinking is still allowed when CPU-bound.
+    in.incoming_rate = 0;
+    in.cpu_utilization = 1.0;
+    CHECK(ax::little_law_target(in, cfg) == 45);
+}
+
+TEST_CASE("saturation_target steps up only when every worker is busy at the soft limit",
+          "[controller]") {
+    ax::Config cfg; // min 4, max 200, step +10
+    ax::ControllerInput in;
+    in.current_target = 20;
+    in.live_workers = 20;
+    in.busy_workers = 20;
+    in.saturated = true;
+    CHECK(ax::saturation_target(in, cfg) == 30);
+    in.current_target = 195;
+    in.live_workers = in.busy_workers = 195;
+    CHECK(ax::saturation_target(in, cfg) == 200); // capped at max_workers
+    in.current_target = 200;
+    in.live_workers = in.busy_workers = 200;
+    CHECK(ax::saturation_target(in, cfg) == 200);
+
+    in.current_target = 20;
+    in.live_workers = 20;
+    in.busy_workers = 19; // someone is idle: workers are not the bottleneck
+    CHECK(ax::saturation_target(in, cfg) == 20);
+    in.busy_workers = 20;
+    in.live_workers = 15; // the pool has not reached its target yet
+    in.busy_workers = 15;
+    CHECK(ax::saturation_target(in, cfg) == 20);
+    in.live_workers = in.busy_workers = 20;
+    in.saturated = false;
+    CHECK(ax::saturation_target(in, cfg) == 20);
+    in.saturated = true;
+    in.cpu_utilization = 0.95; // CPU-bound: more threads would not help
+    CHECK(ax::saturation_target(in, cfg) == 20);
+    in.cpu_utilization = 0.0;
+    cfg.scale_out_when_saturated = false;
+    CHECK(ax::saturation_target(in, cfg) == 20);
+}

@@ -261,3 +261,35 @@ TEST_CASE("invalid configs are rejected at construction, naming the field", "[sc
     neg.retry_base_delay = -1ms;
     REQUIRE_THROWS_WITH(ax::Scheduler<>{neg}, Catch::Contains("retry_base_delay"));
 }
+
+TEST_CASE("a saturated pool scales out every tick, not every controller round",
+          "[scheduler][pool]") {
+    using Sched = ax::Scheduler<ax::ManualClock>; // frozen time: no controller round fires
+    for (const bool enabled : {true, false}) {
+        ax::Config cfg;
+        cfg.min_workers = 1;
+        cfg.max_workers = 50;
+        cfg.queue_capacity = 10; // soft limit 8
+        cfg.scale_out_when_saturated = enabled;
+        Sched sched{cfg};
+        Gate gate;
+        std::vector<ax::TaskHandle<void>> hs;
+        hs.push_back(std::move(*sched.submit([&] { gate.wait(); })));
+        REQUIRE(eventually([&] { return hs[0].state() == ax::TaskState::running; }));
+        for (int i = 0; i < 8; ++i)
+            hs.push_back(std::move(*sched.submit([&] { gate.wait(); })));
+        if (enabled) {
+            REQUIRE(eventually([&] { return sched.metrics().workers.target >= 11; }));
+            // Threads are created only for queued work beyond idle workers: 8 more.
+            REQUIRE(eventually([&] { return sched.metrics().workers.current == 9; }));
+            REQUIRE(eventually([&] { return sched.metrics().queue_length_total == 0; }));
+        } else {
+            std::this_thread::sleep_for(100ms); // ten ticks
+            CHECK(sched.metrics().workers.target == 1);
+            CHECK(sched.metrics().workers.current == 1);
+        }
+        gate.open();
+        for (auto& h : hs)
+            h.get();
+    }
+}

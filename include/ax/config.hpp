@@ -67,6 +67,17 @@ struct Config {
     std::uint32_t max_step_up = 10;
     std::uint32_t max_step_down = 5;
 
+    /// Let the target climb by max_step_up every dispatch_interval, instead of every
+    /// controller_interval, while the queue is at its soft limit and every worker is busy (default
+    /// true). This is what lets a burst far larger than queue_capacity reach max_workers in a
+    /// fraction of a second; turn it off to keep growth strictly on the controller's cadence.
+    bool scale_out_when_saturated = true;
+
+    /// Share of all cores (0..1] above which the pool stops growing (default 0.9): more threads
+    /// than cores only make CPU-bound tasks slower. 1.0 keeps growing until the machine is fully
+    /// busy; lower values leave headroom for the rest of the process.
+    double cpu_ceiling = 0.9;
+
     /// Retry back-off: attempt n+1 waits retry_base_delay x 2^(n-1) + uniform jitter in
     /// [0, retry_jitter] (defaults 200 ms and 50 ms). Longer delays protect a struggling
     /// dependency; jitter spreads synchronized failures apart.
@@ -103,6 +114,8 @@ struct Config {
             fail("queue_capacity", std::to_string(queue_capacity), "must be at most 16777216");
         if (!(soft_limit_ratio > 0.0 && soft_limit_ratio <= 1.0))
             fail("soft_limit_ratio", std::to_string(soft_limit_ratio), "must be in (0, 1]");
+        if (!(cpu_ceiling > 0.0 && cpu_ceiling <= 1.0))
+            fail("cpu_ceiling", std::to_string(cpu_ceiling), "must be in (0, 1]");
         if (weight_high == 0)
             fail("weight_high", "0", "must be at least 1");
         if (weight_normal == 0)

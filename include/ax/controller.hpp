@@ -20,12 +20,26 @@ struct ControllerInput {
     std::uint32_t queue_length = 0;
     /// The worker target currently in force.
     std::uint32_t current_target = 0;
+    /// Worker threads alive, and those running a task now.
+    std::uint32_t live_workers = 0;
+    std::uint32_t busy_workers = 0;
+    /// Share of all cores the process used recently (0..1): the oversubscription signal.
+    double cpu_utilization = 0.0;
+    /// The queue has reached its soft limit: refusals, not queue length, now measure demand.
+    bool saturated = false;
 };
+
+/// True when more threads cannot help: the process already uses cfg.cpu_ceiling of the machine.
+/// Adding threads to CPU-bound work only lengthens every task, which Little's Law would misread
+/// as a reason to add even more.
+inline bool cpu_bound(const ControllerInput& in, const Config& cfg) noexcept {
+    return in.cpu_utilization >= cfg.cpu_ceiling;
+}
 
 /// The seed's Little's-Law sizing (§2.1, §3.5) as a pure function:
 ///   raw = incoming_rate x avg_duration + queue_length / drain_time,
 /// rounded, clamped to [min_workers, max_workers], then moved from current_target by at most
-/// max_step_up / max_step_down so the pool never lurches.
+/// max_step_up / max_step_down so the pool never lurches. While cpu_bound() it does not grow.
 inline std::uint32_t little_law_target(const ControllerInput& in, const Config& cfg) noexcept {
     const double drain_s = std::chrono::duration<double>(cfg.drain_time).count();
     double raw = std::max(0.0, in.incoming_rate) * std::max(0.0, in.avg_duration_s);
@@ -36,11 +50,29 @@ inline std::uint32_t little_law_target(const ControllerInput& in, const Config& 
     const double clamped = std::clamp(std::floor(raw + 0.5), lo, hi);
     const auto wanted = static_cast<std::uint32_t>(clamped);
     const std::uint32_t cur = std::clamp(in.current_target, cfg.min_workers, cfg.max_workers);
-    if (wanted > cur)
+    if (wanted > cur) {
+        if (cpu_bound(in, cfg))
+            return cur;
         return wanted - cur > cfg.max_step_up ? cur + cfg.max_step_up : wanted;
+    }
     if (wanted < cur)
         return cur - std::min(cur - wanted, cfg.max_step_down);
     return cur;
+}
+
+/// The saturation rule the scheduler applies every tick, between controller rounds: when the
+/// queue sits at its soft limit, every live worker is busy and the pool has reached its target,
+/// the workers are the bottleneck and the queue length can no longer show how far behind they are
+/// (admission caps it). Then the target steps up by max_step_up per tick rather than per
+/// controller_interval, unless cpu_bound() or scale_out_when_saturated is off. Returns the new
+/// target (current_target when the rule does not apply).
+inline std::uint32_t saturation_target(const ControllerInput& in, const Config& cfg) noexcept {
+    const std::uint32_t cur = std::clamp(in.current_target, cfg.min_workers, cfg.max_workers);
+    if (!cfg.scale_out_when_saturated || !in.saturated || cpu_bound(in, cfg))
+        return cur;
+    if (in.live_workers < cur || in.busy_workers < in.live_workers)
+        return cur;
+    return cfg.max_workers - cur > cfg.max_step_up ? cur + cfg.max_step_up : cfg.max_workers;
 }
 
 /// Default controller policy of ax::Scheduler: Little's Law with step limits. A controller policy

@@ -79,6 +79,9 @@ struct MetricsSnapshot {
     double incoming_rate = 0.0;
     /// Mean attempt duration over the window.
     std::chrono::nanoseconds average_duration{0};
+    /// Share of all cores the process used recently (0..1); the pool stops growing above
+    /// Config::cpu_ceiling.
+    double cpu_utilization = 0.0;
 };
 
 namespace detail {

@@ -18,6 +18,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <ctime>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -191,6 +192,7 @@ template <class Clock, class Controller> class SchedulerCore {
         m.incoming_rate = window_.incoming_rate(now);
         const auto sum = window_.sum();
         m.average_duration = sum.average_duration();
+        m.cpu_utilization = cpu_util_pub_.load(std::memory_order_relaxed);
         return m;
     }
 
@@ -384,8 +386,6 @@ template <class Clock, class Controller> class SchedulerCore {
             r.ensure_extras().name.assign(o.name);
             r.unlock_extras();
         }
-        if (!r.stop.stop_possible() || r.stop.stop_requested())
-            r.stop = std::stop_source();
         const auto now = now_ns();
         r.enqueue_ns.store(now, std::memory_order_relaxed);
         r.start_ns.store(0, std::memory_order_relaxed);
@@ -570,7 +570,7 @@ template <class Clock, class Controller> class SchedulerCore {
                     return true;
                 if (r.state.compare_exchange_weak(s, s | cancel_requested_bit,
                                                   std::memory_order_acq_rel)) {
-                    r.stop.request_stop();
+                    r.request_stop();
                     return true;
                 }
             } else {
@@ -670,32 +670,60 @@ template <class Clock, class Controller> class SchedulerCore {
         c.rejected = qc.rejected;
         pool_.sum_counters(c.completed, c.failed, c.duration_ns);
         const std::uint32_t qlen = queue_.length();
+        const WorkerStats ws = pool_.stats();
         ControllerInput in;
+        in.queue_length = qlen;
+        in.current_target = ws.target;
+        in.live_workers = ws.current;
+        in.busy_workers = ws.busy;
+        in.cpu_utilization = sample_cpu();
+        cpu_util_pub_.store(in.cpu_utilization, std::memory_order_relaxed);
+        in.saturated = qlen >= queue_.soft_limit();
         bool control = false;
         {
             std::lock_guard lock(metrics_mutex_);
             window_.update(now, c, qlen);
             drain_rate_.store(window_.drain_rate(now), std::memory_order_relaxed);
             const auto avg = window_.sum().average_duration();
-            avg_duration_s_.store(std::chrono::duration<double>(avg).count(),
-                                  std::memory_order_relaxed);
+            in.avg_duration_s = std::chrono::duration<double>(avg).count();
+            avg_duration_s_.store(in.avg_duration_s, std::memory_order_relaxed);
             if (now - last_control_ns_ >=
                 std::chrono::duration_cast<std::chrono::nanoseconds>(cfg_.controller_interval)
                     .count()) {
                 last_control_ns_ = now;
                 control = true;
                 in.incoming_rate = window_.incoming_rate(now);
-                in.avg_duration_s = std::chrono::duration<double>(avg).count();
-                in.queue_length = qlen;
-                in.current_target = pool_.target();
             }
         }
-        if (control)
+        if (control) {
             pool_.set_target(controller_(in));
+        } else if (const auto t = saturation_target(in, cfg_); t != in.current_target) {
+            pool_.set_target(t);
+        }
         pool_.reap();
         if (accepting_.load(std::memory_order_acquire))
             pool_.grow(qlen);
         check_drained();
+    }
+
+    /// Share of all cores the process used since the last tick, smoothed over a few ticks. Uses
+    /// std::clock (process CPU time) and the real clock, whatever Clock the scheduler runs on.
+    double sample_cpu() noexcept {
+        const std::clock_t cpu = std::clock();
+        const auto wall = std::chrono::steady_clock::now();
+        if (cpu == static_cast<std::clock_t>(-1))
+            return 0.0;
+        if (last_cpu_ != 0) {
+            const double dcpu = static_cast<double>(cpu - last_cpu_) / CLOCKS_PER_SEC;
+            const double dwall = std::chrono::duration<double>(wall - last_wall_).count();
+            if (dwall > 0.0) {
+                const double sample = std::clamp(dcpu / (dwall * cores_), 0.0, 1.0);
+                cpu_util_ = 0.7 * cpu_util_ + 0.3 * sample;
+            }
+        }
+        last_cpu_ = cpu;
+        last_wall_ = wall;
+        return cpu_util_;
     }
 
     void fire_due_retries(std::int64_t now) {
@@ -773,6 +801,11 @@ template <class Clock, class Controller> class SchedulerCore {
 
     std::mutex metrics_mutex_;
     MetricsWindow window_;
+    // CPU sampling: tick thread only.
+    const double cores_ = std::max(1u, std::thread::hardware_concurrency());
+    std::clock_t last_cpu_ = 0;
+    std::chrono::steady_clock::time_point last_wall_{};
+    double cpu_util_ = 0.0;
     Controller controller_;
     std::int64_t last_control_ns_ = 0;
 
@@ -789,6 +822,7 @@ template <class Clock, class Controller> class SchedulerCore {
     std::atomic<bool> discard_{false};
     std::atomic<double> drain_rate_{0.0};
     std::atomic<double> avg_duration_s_{0.0};
+    std::atomic<double> cpu_util_pub_{0.0};
     std::atomic<std::uint32_t> waiting_retry_{0};
     mutable std::atomic<std::uint64_t> refused_other_{0};
     std::atomic<std::uint64_t> succeeded_{0};

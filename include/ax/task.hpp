@@ -229,6 +229,31 @@ struct alignas(64) TaskRecord {
         }
     }
     void unlock_extras() noexcept { extras_lock.store(false, std::memory_order_release); }
+    /// The running task's stop token, creating the stop state on first use (under the extras
+    /// lock, which request_stop() takes too, so a cancel can never miss a token made meanwhile).
+    std::stop_token stop_token() {
+        lock_extras();
+        if (!stop.stop_possible()) {
+            try {
+                stop = std::stop_source();
+            } catch (...) {
+                unlock_extras();
+                throw;
+            }
+            if ((state.load(std::memory_order_acquire) & cancel_requested_bit) != 0)
+                stop.request_stop();
+        }
+        auto token = stop.get_token();
+        unlock_extras();
+        return token;
+    }
+    /// Requests stop on the token handed out, if any. Call after setting cancel_requested_bit.
+    void request_stop() noexcept {
+        lock_extras();
+        if (stop.stop_possible())
+            stop.request_stop();
+        unlock_extras();
+    }
     void set_last_error(std::string text) {
         lock_extras();
         try {
@@ -415,6 +440,10 @@ class TaskSlab {
     /// generation so stale IDs stop matching.
     static void reset(TaskRecord& r) noexcept {
         r.destroy_content();
+        // Dropping the stop state (instead of reusing it) keeps a token an old body kept from
+        // seeing the next task's cancel.
+        if (r.stop.stop_possible())
+            r.stop = std::stop_source(std::nostopstate);
         if (r.extras != nullptr) {
             r.extras->name.clear();
             r.extras->last_error.clear();
@@ -450,10 +479,13 @@ class TaskContext {
     [[nodiscard]] std::uint32_t attempt() const noexcept {
         return record_->attempts.load(std::memory_order_relaxed);
     }
-    /// Token whose stop is requested by cancel(), shutdown(cancel) or a timeout.
-    [[nodiscard]] std::stop_token stop_token() const noexcept { return record_->stop.get_token(); }
-    /// Shorthand for stop_token().stop_requested().
-    [[nodiscard]] bool stop_requested() const noexcept { return record_->stop.stop_requested(); }
+    /// Token whose stop is requested by cancel(), shutdown(cancel) or a timeout. Its shared
+    /// state is created on the first call, so tasks that never ask pay nothing for it.
+    [[nodiscard]] std::stop_token stop_token() const { return record_->stop_token(); }
+    /// Whether a stop was requested; cheaper than stop_token() (one atomic load).
+    [[nodiscard]] bool stop_requested() const noexcept {
+        return (record_->state.load(std::memory_order_acquire) & detail::cancel_requested_bit) != 0;
+    }
     /// Reports progress: the timeout is measured from the last heartbeat instead of the start.
     void heartbeat() noexcept { record_->mark_ns.store(now_ns_(), std::memory_order_relaxed); }
     /// The name given at submit (empty if none).
