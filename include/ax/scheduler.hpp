@@ -62,10 +62,19 @@ inline thread_local const void* current_worker_owner = nullptr;
 template <class Clock, class Controller> class SchedulerCore {
   public:
     static constexpr std::uint32_t none = UINT32_MAX;
+    static constexpr std::size_t history_batch = 32;
+    static constexpr std::uint32_t swap_period = 16;
+    static constexpr std::size_t max_reserve = 8;
+    /// Mean duration under which a worker may reserve several tasks at once.
+    static constexpr double tiny_task_s = 20e-6;
 
     /// Per-worker state the pool keeps for the core: finished slots waiting to enter history
     /// (batched so the history lock is taken once per 32 tasks) and the time of the last task end.
     struct WorkerLocal {
+        /// Tasks reserved by dispatch_fill, run from `next` to `reserved`.
+        std::array<std::uint32_t, max_reserve> batch{};
+        std::size_t next = 0;
+        std::size_t reserved = 0;
         std::vector<std::uint32_t> finished;
         std::int64_t last_end_ns = 0;
         WorkerLocal() { finished.reserve(history_batch); }
@@ -246,31 +255,39 @@ template <class Clock, class Controller> class SchedulerCore {
 
     // ---- WorkerPool host interface ------------------------------------------------------------
 
+    /// Whether a dispatch would find something: tasks in the lanes or in the standby buffer.
+    /// Tasks a worker has already reserved do not count; that worker is awake and will run them.
     [[nodiscard]] bool has_work() const noexcept {
-        return queue_.length() > 0 || queue_.has_standby();
+        return lanes_count_.load(std::memory_order_seq_cst) > 0 || queue_.has_standby();
     }
 
     bool run_one(Worker& w) {
         if (!w.counters.busy.load(std::memory_order_relaxed))
             w.counters.busy.store(true, std::memory_order_seq_cst);
-        const std::int64_t now = w.local.last_end_ns != 0 ? w.local.last_end_ns : now_ns();
-        const std::uint32_t index = dispatch_pop(now, &w.local);
-        if (index == none) {
-            w.counters.busy.store(false, std::memory_order_seq_cst);
-            w.local.last_end_ns = 0;
-            flush_history(w.local.finished);
-            return false;
+        WorkerLocal& local = w.local;
+        const std::int64_t now = local.last_end_ns != 0 ? local.last_end_ns : now_ns();
+        for (;;) {
+            if (local.next == local.reserved) {
+                local.next = local.reserved = 0;
+                dispatch_fill(now, local);
+                if (local.reserved == 0) {
+                    w.counters.busy.store(false, std::memory_order_seq_cst);
+                    local.last_end_ns = 0;
+                    flush_history(local.finished);
+                    return false;
+                }
+            }
+            const std::uint32_t index = local.batch[local.next++];
+            if (try_start(index, local)) {
+                execute(index, w, now);
+                return true;
+            }
         }
-        execute(index, w, now);
-        return true;
     }
 
     void on_worker_exit(Worker& w) { flush_history(w.local.finished); }
 
   private:
-    static constexpr std::size_t history_batch = 32;
-    static constexpr std::uint32_t swap_period = 16;
-
     static std::uint32_t soft_limit(const Config& cfg) {
         const auto s = static_cast<std::uint32_t>(cfg.soft_limit_ratio * cfg.queue_capacity);
         return std::clamp<std::uint32_t>(s, 1, cfg.queue_capacity);
@@ -411,53 +428,58 @@ template <class Clock, class Controller> class SchedulerCore {
         return std::nullopt;
     }
 
-    /// Pops the next runnable slot (queued -> running) in ring order; tombstones of cancelled
-    /// tasks met on the way go to history. Returns none when nothing is queued.
-    std::uint32_t dispatch_pop(std::int64_t now, WorkerLocal* local) {
+    /// Reserves the next tasks in ring order into the worker's batch: one normally, up to
+    /// max_reserve when tasks are known to be tiny and the lanes are long, so a stream of
+    /// microsecond tasks takes the dispatch lock once per several tasks. Reserved tasks stay
+    /// `queued` (cancel and query see the truth) until try_start.
+    void dispatch_fill(std::int64_t now, WorkerLocal& local) {
         Links links{slab_.get()};
-        std::uint32_t index = none;
-        {
-            std::lock_guard lock(dispatch_mutex_);
-            // Swap when the lanes run dry, else every swap_period pops: a new high-priority task
-            // waits at most that many dispatches, and a steady producer does not bounce the queue
-            // lock's cache line with the dispatcher on every task.
-            if ((lanes_.size() == 0 || ++pops_since_swap_ >= swap_period) && queue_.swap(batch_)) {
-                pops_since_swap_ = 0;
-                for (const auto i : batch_)
-                    lanes_.push(links, i, slab_->at(i).priority);
-                batch_.clear();
-            }
-            const bool discard = discard_.load(std::memory_order_acquire);
-            for (;;) {
-                const std::uint32_t i = lanes_.pop(links, now);
-                if (i == none)
-                    break;
-                TaskRecord& r = slab_->at(i);
-                auto s = r.state.load(std::memory_order_acquire);
-                bool started = false;
-                while (!discard &&
-                       (s & state_mask) == static_cast<std::uint32_t>(TaskState::queued)) {
-                    if (r.state.compare_exchange_weak(
-                            s, (s & ~state_mask) | static_cast<std::uint32_t>(TaskState::running),
-                            std::memory_order_acq_rel)) {
-                        started = true;
-                        break;
-                    }
-                }
-                if (started) {
-                    queue_.on_dequeued(r.priority);
-                    index = i;
-                    break;
-                }
-                // A tombstone (cancelled while queued), or shutdown(cancel) discarding the queue.
-                if (discard)
-                    cancel_pinned(r, i);
-                local->finished.push_back(i);
+        std::lock_guard lock(dispatch_mutex_);
+        // Swap when the lanes run dry, else every swap_period pops: a new high-priority task
+        // waits at most that many dispatches, and a steady producer does not bounce the queue
+        // lock's cache line with the dispatcher on every task.
+        if ((lanes_.size() == 0 || ++pops_since_swap_ >= swap_period) && queue_.swap(batch_)) {
+            pops_since_swap_ = 0;
+            for (const auto i : batch_)
+                lanes_.push(links, i, slab_->at(i).priority);
+            batch_.clear();
+        }
+        std::size_t want = 1;
+        const double avg_s = avg_duration_s_.load(std::memory_order_relaxed);
+        if (avg_s > 0.0 && avg_s < tiny_task_s) {
+            const std::size_t share =
+                lanes_.size() / (2 * std::max<std::uint32_t>(pool_.live(), 1));
+            want = std::clamp<std::size_t>(share, 1, max_reserve);
+        }
+        while (local.reserved < want) {
+            const std::uint32_t i = lanes_.pop(links, now);
+            if (i == none)
+                break;
+            local.batch[local.reserved++] = i;
+        }
+        lanes_count_.store(static_cast<std::uint32_t>(lanes_.size()), std::memory_order_seq_cst);
+    }
+
+    /// queued -> running for a reserved slot. A slot cancelled meanwhile (a tombstone), or any
+    /// slot during shutdown(cancel), goes to history instead.
+    bool try_start(std::uint32_t i, WorkerLocal& local) {
+        TaskRecord& r = slab_->at(i);
+        if (discard_.load(std::memory_order_acquire)) {
+            cancel_pinned(r, i);
+            retire(i, &local);
+            return false;
+        }
+        auto s = r.state.load(std::memory_order_acquire);
+        while ((s & state_mask) == static_cast<std::uint32_t>(TaskState::queued)) {
+            if (r.state.compare_exchange_weak(
+                    s, (s & ~state_mask) | static_cast<std::uint32_t>(TaskState::running),
+                    std::memory_order_acq_rel)) {
+                queue_.on_dequeued(r.priority);
+                return true;
             }
         }
-        if (local->finished.size() >= history_batch)
-            flush_history(local->finished);
-        return index;
+        retire(i, &local);
+        return false;
     }
 
     void execute(std::uint32_t index, Worker& w, std::int64_t start) {
@@ -590,9 +612,9 @@ template <class Clock, class Controller> class SchedulerCore {
                     lanes_.push(links, i, slab_->at(i).priority);
                 batch_.clear();
             }
-            for (std::uint32_t i = lanes_.pop(links, INT64_MIN); i != none;
-                 i = lanes_.pop(links, INT64_MIN))
+            for (std::uint32_t i = lanes_.pop(links, 0); i != none; i = lanes_.pop(links, 0))
                 victims.push_back(i);
+            lanes_count_.store(0, std::memory_order_seq_cst);
         }
         timers_.take_all(victims);
         for (const auto i : victims) {
@@ -795,6 +817,8 @@ template <class Clock, class Controller> class SchedulerCore {
     PriorityLanes<Links> lanes_;
     std::vector<std::uint32_t> batch_;
     std::uint32_t pops_since_swap_ = 0;
+    /// lanes_.size(), readable without the dispatch lock (has_work).
+    std::atomic<std::uint32_t> lanes_count_{0};
 
     RetryTimers timers_;
     std::vector<std::uint32_t> due_; // ticker only
