@@ -572,3 +572,87 @@ TEST_CASE("every submitted task reaches exactly one terminal state", "[scheduler
     CHECK(m.totals.cancelled == cancelled);
     CHECK(ok + dead + cancelled == handles.size());
 }
+
+TEST_CASE("timeouts: measured from the last heartbeat, then retried or dead-lettered",
+          "[scheduler][timeout]") {
+    using Sched = ax::Scheduler<ax::ManualClock>;
+    ax::Config cfg;
+    cfg.min_workers = 2;
+    cfg.max_workers = 2;
+    cfg.retry_base_delay = 0ms;
+    cfg.retry_jitter = 0ms;
+    Sched sched{cfg};
+
+    SECTION("an attempt without heartbeats times out; stop is requested") {
+        std::atomic<bool> saw_token_stop{false};
+        auto h = sched.submit(
+            [&](ax::TaskContext& ctx) {
+                auto token = ctx.stop_token();
+                while (!ctx.stop_requested())
+                    std::this_thread::sleep_for(100us);
+                saw_token_stop = token.stop_requested();
+                return 1;
+            },
+            {.timeout = 1000ms, .max_retries = 0});
+        REQUIRE(h);
+        const auto id = h->id();
+        REQUIRE(eventually([&] { return h->state() == ax::TaskState::running; }));
+        std::this_thread::sleep_for(150ms); // watchdog rounds, but no manual time has passed
+        CHECK(h->state() == ax::TaskState::running);
+        ax::ManualClock::advance(1500ms);
+        REQUIRE_THROWS_AS(h->get(), ax::TaskTimedOut);
+        CHECK(saw_token_stop);
+        auto q = sched.query(id);
+        REQUIRE(q);
+        CHECK(q->state == ax::TaskState::dead_lettered);
+        CHECK(q->timeout == 1000ms);
+        CHECK(q->last_error.find("timed out after 1000 ms") != std::string::npos);
+        CHECK(sched.metrics().totals.timeouts == 1);
+    }
+    SECTION("heartbeats keep a slow attempt alive") {
+        std::atomic<bool> finish{false};
+        std::atomic<int> beats{0};
+        auto h = sched.submit(
+            [&](ax::TaskContext& ctx) {
+                while (!finish && !ctx.stop_requested()) {
+                    ctx.heartbeat();
+                    ++beats;
+                    std::this_thread::sleep_for(200us);
+                }
+                return ctx.stop_requested() ? -1 : 7;
+            },
+            {.timeout = 1000ms, .max_retries = 0});
+        REQUIRE(h);
+        REQUIRE(eventually([&] { return beats > 0; }));
+        for (int i = 0; i < 6; ++i) { // 3 s of manual time, never 1 s without a heartbeat
+            const int seen = beats;
+            ax::ManualClock::advance(500ms);
+            REQUIRE(eventually([&] { return beats > seen + 1; }));
+        }
+        finish = true;
+        CHECK(h->get() == 7);
+        CHECK(sched.metrics().totals.timeouts == 0);
+    }
+    SECTION("a timed-out attempt is retried with a fresh stop token") {
+        auto h = sched.submit(
+            [&](ax::TaskContext& ctx) {
+                if (ctx.attempt() == 1) {
+                    while (!ctx.stop_requested())
+                        std::this_thread::sleep_for(100us);
+                    throw std::runtime_error("interrupted");
+                }
+                return ctx.stop_token().stop_requested() ? -1 : static_cast<int>(ctx.attempt());
+            },
+            {.timeout = 1000ms, .max_retries = 2});
+        REQUIRE(h);
+        const auto id = h->id();
+        REQUIRE(eventually([&] { return h->state() == ax::TaskState::running; }));
+        ax::ManualClock::advance(1500ms);
+        CHECK(h->get() == 2);
+        auto q = sched.query(id);
+        REQUIRE(q);
+        CHECK(q->attempts == 2);
+        CHECK(q->last_error.find("timed out") != std::string::npos);
+        CHECK_FALSE(q->timed_out);
+    }
+}

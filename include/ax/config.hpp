@@ -50,6 +50,11 @@ struct Config {
     /// Shorter gives finer metrics at a little more idle CPU.
     Duration dispatch_interval = std::chrono::milliseconds(10);
 
+    /// How often the watchdog compares running attempts with their timeout (default 100 ms,
+    /// rounded to whole ticks). Shorter notices a stuck attempt sooner at the cost of a scan of
+    /// the running tasks per period.
+    Duration watchdog_interval = std::chrono::milliseconds(100);
+
     /// Length of the sliding metrics window, in 1 s slots (default 30 s). Longer smooths the
     /// controller's input (fewer oscillations), shorter reacts faster to a change of load.
     Duration metrics_window = std::chrono::seconds(30);
@@ -131,6 +136,8 @@ struct Config {
             fail("max_wait", ms(max_wait), "must be positive");
         if (dispatch_interval <= Duration::zero())
             fail("dispatch_interval", ms(dispatch_interval), "must be positive");
+        if (watchdog_interval < dispatch_interval)
+            fail("watchdog_interval", ms(watchdog_interval), "must be at least dispatch_interval");
         if (metrics_window < std::chrono::seconds(1))
             fail("metrics_window", ms(metrics_window), "must be at least 1 s");
         if (metrics_window > std::chrono::seconds(3600))

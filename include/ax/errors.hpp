@@ -106,6 +106,15 @@ class TaskFailed : public std::runtime_error {
     explicit TaskFailed(const std::string& what) : std::runtime_error(what) {}
 };
 
+/// What a task's handle rethrows (and query's last_error says) when its attempt outlived its
+/// timeout without a heartbeat. The attempt counts as failed and is retried like any failure.
+class TaskTimedOut : public std::runtime_error {
+  public:
+    explicit TaskTimedOut(std::uint32_t timeout_ms)
+        : std::runtime_error("ax: attempt timed out after " + std::to_string(timeout_ms) +
+                             " ms without a heartbeat") {}
+};
+
 /// Either a value or a SubmitError; the C++20 stand-in for std::expected that submit returns.
 template <class T> class [[nodiscard]] Expected {
   public:

@@ -58,6 +58,7 @@ struct MetricsTotals {
     std::uint64_t dead_lettered = 0;    ///< Tasks that ended dead_lettered.
     std::uint64_t cancelled = 0;        ///< Tasks that ended cancelled.
     std::uint64_t retries = 0;          ///< Retries scheduled.
+    std::uint64_t timeouts = 0;         ///< Attempts the watchdog timed out.
     std::uint64_t starvation_picks = 0; ///< Dispatches forced by max_wait.
 };
 

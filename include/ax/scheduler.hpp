@@ -151,6 +151,8 @@ template <class Clock, class Controller> class SchedulerCore {
         info.id = id;
         info.state = static_cast<TaskState>(s & state_mask);
         info.cancel_requested = (s & cancel_requested_bit) != 0;
+        info.timed_out = (s & timed_out_bit) != 0;
+        info.timeout = std::chrono::milliseconds(r->timeout_ms);
         info.priority = r->priority;
         info.attempts = r->attempts.load(std::memory_order_relaxed);
         info.max_retries = r->max_retries;
@@ -190,6 +192,7 @@ template <class Clock, class Controller> class SchedulerCore {
         m.totals.dead_lettered = dead_lettered_.load(std::memory_order_relaxed);
         m.totals.cancelled = cancelled_.load(std::memory_order_relaxed);
         m.totals.retries = retries_.load(std::memory_order_relaxed);
+        m.totals.timeouts = timeouts_.load(std::memory_order_relaxed);
         {
             std::lock_guard lock(dispatch_mutex_);
             m.totals.starvation_picks = lanes_.starvation_picks();
@@ -503,6 +506,10 @@ template <class Clock, class Controller> class SchedulerCore {
             finish(r, index, s, TaskState::succeeded, end, &w.local);
             return;
         }
+        // Whatever a timed-out body threw on its way out (often its reaction to the stop), the
+        // attempt failed because of the timeout.
+        if ((s & stop_bits) == timed_out_bit)
+            error = std::make_exception_ptr(TaskTimedOut(r.timeout_ms));
         r.set_last_error(describe_exception(error));
         const bool can_retry = attempt <= r.max_retries && r.content == Content::callable &&
                                !discard_.load(std::memory_order_relaxed);
@@ -511,8 +518,10 @@ template <class Clock, class Controller> class SchedulerCore {
                 retry_delay(cfg_.retry_base_delay, cfg_.retry_jitter, attempt + 1u, jitter_());
             const std::int64_t due = end + delay.count();
             r.mark_ns.store(due, std::memory_order_relaxed);
+            r.renew_stop();
+            // The timed-out flag belonged to this attempt; the next one starts clean.
             if (r.state.compare_exchange_strong(
-                    s, (s & ~state_mask) | static_cast<std::uint32_t>(TaskState::waiting_retry),
+                    s, (s & has_waiter_bit) | static_cast<std::uint32_t>(TaskState::waiting_retry),
                     std::memory_order_acq_rel)) {
                 waiting_retry_.fetch_add(1, std::memory_order_acq_rel);
                 retries_.fetch_add(1, std::memory_order_relaxed);
@@ -725,7 +734,34 @@ template <class Clock, class Controller> class SchedulerCore {
         pool_.reap();
         if (accepting_.load(std::memory_order_acquire))
             pool_.grow(qlen);
+        if (++ticks_ % watchdog_ticks_ == 0)
+            watchdog(now);
         check_drained();
+    }
+
+    /// Flags running attempts whose last heartbeat (or start) is older than their timeout and
+    /// requests stop on them; the attempt then ends as a failure (TaskTimedOut) and follows the
+    /// retry policy. A body that ignores its stop token keeps its worker until it returns.
+    void watchdog(std::int64_t now) {
+        pool_.for_each([&](Worker& w) {
+            const auto i = w.current.load(std::memory_order_acquire);
+            if (i == none)
+                return;
+            TaskRecord& r = slab_->at(i);
+            const std::int64_t limit = std::int64_t{r.timeout_ms} * 1'000'000;
+            if (limit == 0)
+                return;
+            auto s = r.state.load(std::memory_order_acquire);
+            if ((s & state_mask) != static_cast<std::uint32_t>(TaskState::running) ||
+                (s & stop_bits) != 0)
+                return;
+            if (now - r.mark_ns.load(std::memory_order_relaxed) <= limit)
+                return;
+            if (r.state.compare_exchange_strong(s, s | timed_out_bit, std::memory_order_acq_rel)) {
+                timeouts_.fetch_add(1, std::memory_order_relaxed);
+                r.request_stop();
+            }
+        });
     }
 
     /// Share of all cores the process used since the last tick, smoothed over a few ticks. Uses
@@ -853,6 +889,11 @@ template <class Clock, class Controller> class SchedulerCore {
     std::atomic<std::uint64_t> dead_lettered_{0};
     std::atomic<std::uint64_t> cancelled_{0};
     std::atomic<std::uint64_t> retries_{0};
+    std::atomic<std::uint64_t> timeouts_{0};
+    // Watchdog cadence, in ticks (tick thread only).
+    std::uint64_t ticks_ = 0;
+    const std::uint64_t watchdog_ticks_ = std::max<std::uint64_t>(
+        1, static_cast<std::uint64_t>(cfg_.watchdog_interval / cfg_.dispatch_interval));
 
     std::mutex drain_mutex_;
     std::condition_variable drain_cv_;

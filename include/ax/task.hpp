@@ -139,6 +139,10 @@ enum class Content : std::uint8_t { none, callable, value, exception };
 inline constexpr std::uint32_t state_mask = 0xffu;
 inline constexpr std::uint32_t cancel_requested_bit = 1u << 8;
 inline constexpr std::uint32_t has_waiter_bit = 1u << 9;
+/// Set by the watchdog when the running attempt outlived its timeout; cleared for the next one.
+inline constexpr std::uint32_t timed_out_bit = 1u << 10;
+/// Either reason to stop the running attempt.
+inline constexpr std::uint32_t stop_bits = cancel_requested_bit | timed_out_bit;
 
 /// Rarely needed, variable-sized fields, allocated the first time a slot needs them and reused by
 /// every later task of the slot, so steady-state submits do not allocate.
@@ -240,14 +244,21 @@ struct alignas(64) TaskRecord {
                 unlock_extras();
                 throw;
             }
-            if ((state.load(std::memory_order_acquire) & cancel_requested_bit) != 0)
+            if ((state.load(std::memory_order_acquire) & stop_bits) != 0)
                 stop.request_stop();
         }
         auto token = stop.get_token();
         unlock_extras();
         return token;
     }
-    /// Requests stop on the token handed out, if any. Call after setting cancel_requested_bit.
+    /// Drops a stop state whose stop was requested, so the next attempt gets a fresh token.
+    void renew_stop() noexcept {
+        lock_extras();
+        if (stop.stop_possible() && stop.stop_requested())
+            stop = std::stop_source(std::nostopstate);
+        unlock_extras();
+    }
+    /// Requests stop on the token handed out, if any. Call after setting a stop bit.
     void request_stop() noexcept {
         lock_extras();
         if (stop.stop_possible())
@@ -484,7 +495,7 @@ class TaskContext {
     [[nodiscard]] std::stop_token stop_token() const { return record_->stop_token(); }
     /// Whether a stop was requested; cheaper than stop_token() (one atomic load).
     [[nodiscard]] bool stop_requested() const noexcept {
-        return (record_->state.load(std::memory_order_acquire) & detail::cancel_requested_bit) != 0;
+        return (record_->state.load(std::memory_order_acquire) & detail::stop_bits) != 0;
     }
     /// Reports progress: the timeout is measured from the last heartbeat instead of the start.
     void heartbeat() noexcept { record_->mark_ns.store(now_ns_(), std::memory_order_relaxed); }
@@ -564,12 +575,21 @@ template <class F> std::exception_ptr manage(ManagerOp op, TaskRecord& r, void* 
                 return std::invoke(f);
             }
         };
+        // An attempt the watchdog timed out has failed, whatever it returns: keep the callable
+        // for the retry and report the timeout instead of committing a value.
+        auto timed_out = [&r] {
+            return (r.state.load(std::memory_order_acquire) & timed_out_bit) != 0;
+        };
         if constexpr (std::is_void_v<R>) {
             call();
+            if (timed_out())
+                return std::make_exception_ptr(TaskTimedOut(r.timeout_ms));
             storage_destroy<F>(r);
             r.content = Content::none;
         } else {
             R value = call();
+            if (timed_out())
+                return std::make_exception_ptr(TaskTimedOut(r.timeout_ms));
             storage_destroy<F>(r);
             r.content = Content::none;
             storage_emplace<R>(r, std::move(value));
@@ -683,6 +703,10 @@ template <class Clock = std::chrono::steady_clock> struct TaskInfo {
     GroupId group{};
     /// Whether cancel() asked a running attempt to stop.
     bool cancel_requested = false;
+    /// Whether the watchdog timed out the running attempt (it ends as a failed attempt).
+    bool timed_out = false;
+    /// The attempt timeout (zero: none), measured from the last heartbeat.
+    std::chrono::milliseconds timeout{0};
     TimePoint enqueued{};
     /// Start of the latest attempt (epoch if none yet).
     TimePoint started{};
