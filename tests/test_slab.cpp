@@ -144,19 +144,30 @@ TEST_CASE("TaskSlab recycle destroys content and clears extras", "[slab]") {
     auto slab = std::make_unique<TaskSlab>();
     const std::uint32_t i = acquire_owned(*slab);
     TaskRecord& r = slab->at(i);
-    r.store_exception(std::make_exception_ptr(std::runtime_error("boom")));
-    CHECK(r.content == ax::detail::Content::exception);
-    CHECK(r.stored_exception() != nullptr);
+    // A callable whose destruction is observable.
+    auto alive = std::make_shared<int>(1);
+    std::weak_ptr<int> watch = alive;
+    auto fn = [keep = std::move(alive)] { return *keep; };
+    ax::detail::storage_emplace<decltype(fn)>(r, std::move(fn));
+    r.manager = &ax::detail::manage<decltype(fn)>;
+    r.content = ax::detail::Content::callable;
+    r.set_final_error(std::make_exception_ptr(std::runtime_error("boom")));
+    CHECK(r.final_error() != nullptr);
     r.ensure_extras().name = "job";
-    r.set_last_error("failed once");
+    r.record_failure({1, "std::runtime_error", "failed once", 10, 20});
     CHECK(r.extras->last_error == "failed once");
+    CHECK(r.extras->last_error_type == "std::runtime_error");
+    CHECK(r.extras->failures.size() == 1);
+    CHECK_FALSE(watch.expired());
 
     slab->release(i);
+    CHECK(watch.expired()); // the callable (and its captures) died with the slot's last ref
     CHECK(r.content == ax::detail::Content::none);
-    CHECK(r.stored_exception() == nullptr);
+    CHECK(r.final_error() == nullptr);
     REQUIRE(r.extras != nullptr);  // kept for reuse...
     CHECK(r.extras->name.empty()); // ...but emptied
     CHECK(r.extras->last_error.empty());
+    CHECK(r.extras->failures.empty());
 }
 
 TEST_CASE("TaskSlab generation skips 0 when it wraps", "[slab]") {

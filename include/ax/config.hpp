@@ -93,6 +93,11 @@ struct Config {
     /// retries). Overridable per task.
     std::uint32_t retry_max = 3;
 
+    /// Dead-lettered tasks kept for inspection and replay (default 1024). Each keeps its record and
+    /// its callable's captures alive; overflow evicts the oldest (counted in the metrics; persist
+    /// them from Hooks::on_dead_letter if none may be lost).
+    std::uint32_t dead_letter_capacity = 1024;
+
     /// Finished tasks that stay queryable (default 4096). Older ones are forgotten and query says
     /// unknown. Each remembered task costs one task record (about 128 bytes plus its result).
     std::uint32_t history_capacity = 4096;
@@ -157,6 +162,9 @@ struct Config {
             fail("retry_jitter", ms(retry_jitter), "must not be negative");
         if (retry_max > 100)
             fail("retry_max", std::to_string(retry_max), "must be at most 100");
+        if (dead_letter_capacity > (1u << 20))
+            fail("dead_letter_capacity", std::to_string(dead_letter_capacity),
+                 "must be at most 1048576");
         if (history_capacity > (1u << 24))
             fail("history_capacity", std::to_string(history_capacity), "must be at most 16777216");
     }

@@ -115,6 +115,13 @@ class TaskTimedOut : public std::runtime_error {
                              " ms without a heartbeat") {}
 };
 
+/// Throw this (or a type derived from it) from a task to fail it for good: no retry is attempted,
+/// the task is dead-lettered at once. For errors retrying cannot fix (bad input, missing file).
+class PermanentError : public std::runtime_error {
+  public:
+    using std::runtime_error::runtime_error;
+};
+
 /// Either a value or a SubmitError; the C++20 stand-in for std::expected that submit returns.
 template <class T> class [[nodiscard]] Expected {
   public:

@@ -54,12 +54,14 @@ struct MetricsTotals {
     std::uint64_t refused_other = 0; ///< Submits refused for shutdown or invalid options.
     std::uint64_t attempts_succeeded = 0;
     std::uint64_t attempts_failed = 0;
-    std::uint64_t succeeded = 0;        ///< Tasks that ended succeeded.
-    std::uint64_t dead_lettered = 0;    ///< Tasks that ended dead_lettered.
-    std::uint64_t cancelled = 0;        ///< Tasks that ended cancelled.
-    std::uint64_t retries = 0;          ///< Retries scheduled.
-    std::uint64_t timeouts = 0;         ///< Attempts the watchdog timed out.
-    std::uint64_t starvation_picks = 0; ///< Dispatches forced by max_wait.
+    std::uint64_t succeeded = 0;            ///< Tasks that ended succeeded.
+    std::uint64_t dead_lettered = 0;        ///< Tasks that ended dead_lettered.
+    std::uint64_t cancelled = 0;            ///< Tasks that ended cancelled.
+    std::uint64_t retries = 0;              ///< Retries scheduled.
+    std::uint64_t timeouts = 0;             ///< Attempts the watchdog timed out.
+    std::uint64_t hook_failures = 0;        ///< Hooks that threw (contained).
+    std::uint64_t dead_letters_evicted = 0; ///< Dead letters dropped by the bounded list.
+    std::uint64_t starvation_picks = 0;     ///< Dispatches forced by max_wait.
 };
 
 /// A consistent-enough picture of the scheduler for dashboards and tests.
@@ -70,6 +72,8 @@ struct MetricsSnapshot {
     std::uint32_t queue_capacity = 0;
     /// Tasks waiting for a retry.
     std::uint32_t waiting_retry = 0;
+    /// Entries in the dead-letter list.
+    std::uint32_t dead_letters = 0;
     WorkerStats workers;
     /// The window's slots, oldest first; the last one is the slot being filled.
     std::vector<MetricsSlot> slots;

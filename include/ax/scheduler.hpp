@@ -4,7 +4,9 @@
 #include "clock.hpp"
 #include "config.hpp"
 #include "controller.hpp"
+#include "dead_letters.hpp"
 #include "errors.hpp"
+#include "hooks.hpp"
 #include "metrics.hpp"
 #include "priority_ring.hpp"
 #include "queue.hpp"
@@ -18,6 +20,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdlib>
 #include <ctime>
 #include <exception>
 #include <memory>
@@ -28,8 +31,13 @@
 #include <string_view>
 #include <thread>
 #include <type_traits>
+#include <typeinfo>
 #include <utility>
 #include <vector>
+
+#if __has_include(<cxxabi.h>)
+#include <cxxabi.h>
+#endif
 
 namespace ax {
 
@@ -42,14 +50,44 @@ enum class ShutdownMode : std::uint8_t {
 
 namespace detail {
 
-/// Text of an exception for query() and logs.
-inline std::string describe_exception(const std::exception_ptr& e) {
+/// Readable name of a type from typeid or the ABI (demangled where the C++ runtime can).
+inline std::string type_name(const char* mangled) {
+    if (mangled == nullptr)
+        return "unknown";
+#if __has_include(<cxxabi.h>)
+    int status = 0;
+    char* demangled = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
+    if (status == 0 && demangled != nullptr) {
+        std::string out(demangled);
+        std::free(demangled);
+        return out;
+    }
+#endif
+    return mangled;
+}
+
+/// Type and text of an exception, for query(), hooks and the dead-letter list.
+struct ErrorText {
+    std::string type;
+    std::string message;
+    bool permanent = false;
+};
+
+inline ErrorText describe_exception(const std::exception_ptr& e) {
     try {
         std::rethrow_exception(e);
+    } catch (const PermanentError& ex) {
+        return {type_name(typeid(ex).name()), ex.what(), true};
     } catch (const std::exception& ex) {
-        return ex.what();
+        return {type_name(typeid(ex).name()), ex.what(), false};
     } catch (...) {
-        return "non-standard exception";
+#if __has_include(<cxxabi.h>)
+        const std::type_info* t = abi::__cxa_current_exception_type();
+        std::string type = type_name(t != nullptr ? t->name() : nullptr);
+#else
+        std::string type = "unknown";
+#endif
+        return {type, "non-standard exception of type " + type, false};
     }
 }
 
@@ -91,12 +129,13 @@ template <class Clock, class Controller> class SchedulerCore {
             std::chrono::duration_cast<typename Clock::duration>(std::chrono::nanoseconds(ns)));
     }
 
-    explicit SchedulerCore(const Config& cfg)
+    SchedulerCore(const Config& cfg, Hooks hooks)
         : cfg_((cfg.validate(), cfg)), slab_(std::make_shared<TaskSlab>()),
           queue_(cfg.queue_capacity, soft_limit(cfg)),
           lanes_({cfg.weight_high, cfg.weight_normal, cfg.weight_low},
                  std::chrono::duration_cast<std::chrono::nanoseconds>(cfg.max_wait).count()),
-          window_(cfg.window_slots()), controller_(cfg), jitter_(std::random_device{}()),
+          window_(cfg.window_slots()), controller_(cfg), hooks_(std::move(hooks)),
+          dead_letters_(cfg.dead_letter_capacity), jitter_(std::random_device{}()),
           pool_(*this, cfg.min_workers, cfg.max_workers) {
         batch_.reserve(cfg.queue_capacity);
         history_.assign(cfg.history_capacity, 0);
@@ -166,6 +205,7 @@ template <class Clock, class Controller> class SchedulerCore {
         if (r->extras != nullptr) {
             info.name = r->extras->name;
             info.last_error = r->extras->last_error;
+            info.last_error_type = r->extras->last_error_type;
         }
         r->unlock_extras();
         slab_->release(id.index());
@@ -193,6 +233,9 @@ template <class Clock, class Controller> class SchedulerCore {
         m.totals.cancelled = cancelled_.load(std::memory_order_relaxed);
         m.totals.retries = retries_.load(std::memory_order_relaxed);
         m.totals.timeouts = timeouts_.load(std::memory_order_relaxed);
+        m.totals.hook_failures = hook_failures_.load(std::memory_order_relaxed);
+        m.totals.dead_letters_evicted = dead_letters_.evicted();
+        m.dead_letters = static_cast<std::uint32_t>(dead_letters_.size());
         {
             std::lock_guard lock(dispatch_mutex_);
             m.totals.starvation_picks = lanes_.starvation_picks();
@@ -206,6 +249,87 @@ template <class Clock, class Controller> class SchedulerCore {
         m.average_duration = sum.average_duration();
         m.cpu_utilization = cpu_util_pub_.load(std::memory_order_relaxed);
         return m;
+    }
+
+    // ---- dead letters -------------------------------------------------------------------------
+
+    std::vector<DeadLetter<Clock>> dead_letters() {
+        std::vector<DeadLetter<Clock>> out;
+        for (const TaskId id : dead_letters_.ids()) {
+            TaskRecord* r = slab_->try_pin(id);
+            if (r == nullptr)
+                continue;
+            DeadLetter<Clock> d;
+            d.id = id;
+            d.priority = r->priority;
+            d.group = GroupId{r->group};
+            d.enqueued = to_time_point(r->enqueue_ns.load(std::memory_order_relaxed));
+            d.finished = to_time_point(r->finish_ns.load(std::memory_order_relaxed));
+            r->lock_extras();
+            if (r->extras != nullptr) {
+                d.name = r->extras->name;
+                for (const auto& f : r->extras->failures)
+                    d.attempts.push_back(AttemptError<Clock>{f.attempt, f.type, f.message,
+                                                             to_time_point(f.started_ns),
+                                                             to_time_point(f.ended_ns)});
+            }
+            r->unlock_extras();
+            slab_->release(id.index());
+            out.push_back(std::move(d));
+        }
+        return out;
+    }
+
+    bool discard_dead_letter(TaskId id) {
+        if (!dead_letters_.remove(id))
+            return false;
+        slab_->release(id.index());
+        return true;
+    }
+
+    Expected<TaskId> replay_dead_letter(TaskId id) {
+        if (!dead_letters_.remove(id)) {
+            refused_other_.fetch_add(1, std::memory_order_relaxed);
+            return SubmitError{Errc::invalid_options,
+                               queue_.length(),
+                               queue_.capacity(),
+                               {},
+                               "task " + id.to_string() + " is not in the dead-letter list"};
+        }
+        TaskRecord& old = slab_->at(id.index()); // the list's reference keeps it alive
+        std::string name;
+        old.lock_extras();
+        if (old.extras != nullptr)
+            name = old.extras->name;
+        old.unlock_extras();
+        SubmitOptions o;
+        o.name = name;
+        o.priority = old.priority;
+        o.timeout = std::chrono::milliseconds(old.timeout_ms);
+        o.max_retries = old.max_retries;
+        o.group = GroupId{old.group};
+        TaskId fresh;
+        std::optional<SubmitError> err;
+        try {
+            err = admit(
+                o, fresh, /*with_handle=*/false,
+                [&](TaskRecord& r) {
+                    if (old.content != Content::callable)
+                        throw std::logic_error("ax: dead letter has no callable to replay");
+                    if (auto e = old.manager(ManagerOp::relocate, old, &r))
+                        std::rethrow_exception(e);
+                },
+                [&](TaskRecord& r) { r.manager(ManagerOp::relocate, r, &old); });
+        } catch (...) {
+            dead_letters_.restore(id);
+            throw;
+        }
+        if (err) {
+            dead_letters_.restore(id);
+            return std::move(*err);
+        }
+        slab_->release(id.index());
+        return fresh;
     }
 
     // ---- groups -------------------------------------------------------------------------------
@@ -365,6 +489,22 @@ template <class Clock, class Controller> class SchedulerCore {
     std::optional<SubmitError> admit_new(F&& f, const SubmitOptions& o, TaskId& id,
                                          bool with_handle) {
         using Fn = std::decay_t<F>;
+        return admit(
+            o, id, with_handle,
+            [&](TaskRecord& r) {
+                storage_emplace<Fn>(r, std::forward<F>(f));
+                r.manager = &manage<Fn>;
+                r.content = Content::callable;
+            },
+            [](TaskRecord&) {});
+    }
+
+    /// The one admission path: checks, takes a slot, lets `place` put the callable in it
+    /// (constructing it, or relocating it for a replay), and pushes it into the queue. On a
+    /// refusal after placing, `unplace` gets the callable back out before the slot is freed.
+    template <class Place, class Unplace>
+    std::optional<SubmitError> admit(const SubmitOptions& o, TaskId& id, bool with_handle,
+                                     Place&& place, Unplace&& unplace) {
         if (!accepting_.load(std::memory_order_acquire)) {
             refused_other_.fetch_add(1, std::memory_order_relaxed);
             return SubmitError{Errc::shutting_down, queue_.length(), queue_.capacity(), {}, {}};
@@ -387,14 +527,12 @@ template <class Clock, class Controller> class SchedulerCore {
         const std::uint32_t index = *slot;
         TaskRecord& r = slab_->at(index);
         try {
-            storage_emplace<Fn>(r, std::forward<F>(f));
+            place(r);
         } catch (...) {
             r.refs.store(1, std::memory_order_relaxed);
             slab_->release(index);
             throw;
         }
-        r.manager = &manage<Fn>;
-        r.content = Content::callable;
         r.priority = o.priority;
         r.attempts.store(0, std::memory_order_relaxed);
         r.max_retries = static_cast<std::uint8_t>(
@@ -418,6 +556,7 @@ template <class Clock, class Controller> class SchedulerCore {
         std::uint32_t len = 0;
         const Admission a = queue_.try_push(index, o.priority, len);
         if (a != Admission::admitted) {
+            unplace(r);
             r.state.store(0, std::memory_order_relaxed);
             r.refs.store(1, std::memory_order_relaxed);
             slab_->release(index);
@@ -495,6 +634,8 @@ template <class Clock, class Controller> class SchedulerCore {
         const TaskId id = TaskId::make(index, r.generation.load(std::memory_order_relaxed));
         TaskContext ctx(r, id, &now_ns);
         current_worker_owner = this;
+        if (hooks_.on_start)
+            call_hook(hooks_.on_start, event(r, id, attempt));
         std::exception_ptr error = r.manager(ManagerOp::run, r, &ctx);
         const std::int64_t end = now_ns();
         w.local.last_end_ns = end;
@@ -503,15 +644,33 @@ template <class Clock, class Controller> class SchedulerCore {
 
         auto s = r.state.load(std::memory_order_acquire);
         if (error == nullptr) {
-            finish(r, index, s, TaskState::succeeded, end, &w.local);
+            if (!hooks_.on_success) {
+                finish(r, index, s, TaskState::succeeded, end, &w.local);
+                return;
+            }
+            // Pinned so the record cannot be recycled (history may evict it) before the hook.
+            r.refs.fetch_add(1, std::memory_order_relaxed);
+            if (finish(r, index, s, TaskState::succeeded, end, &w.local))
+                call_hook(hooks_.on_success, event(r, id, attempt));
+            slab_->release(index);
             return;
         }
         // Whatever a timed-out body threw on its way out (often its reaction to the stop), the
         // attempt failed because of the timeout.
         if ((s & stop_bits) == timed_out_bit)
             error = std::make_exception_ptr(TaskTimedOut(r.timeout_ms));
-        r.set_last_error(describe_exception(error));
-        const bool can_retry = attempt <= r.max_retries && r.content == Content::callable &&
+        ErrorText text = describe_exception(error);
+        if (hooks_.on_exception) {
+            TaskEvent e = event(r, id, attempt);
+            e.error_type = text.type;
+            e.error = text.message;
+            call_hook(hooks_.on_exception, e);
+        }
+        const bool permanent = text.permanent;
+        r.record_failure(
+            AttemptFailure{attempt, std::move(text.type), std::move(text.message), start, end});
+        const bool can_retry = !permanent && attempt <= r.max_retries &&
+                               r.content == Content::callable &&
                                !discard_.load(std::memory_order_relaxed);
         if (can_retry && (s & cancel_requested_bit) == 0) {
             const auto delay =
@@ -519,6 +678,11 @@ template <class Clock, class Controller> class SchedulerCore {
             const std::int64_t due = end + delay.count();
             r.mark_ns.store(due, std::memory_order_relaxed);
             r.renew_stop();
+            if (hooks_.on_retry) {
+                TaskEvent e = event(r, id, attempt);
+                e.retry_delay = delay;
+                call_hook(hooks_.on_retry, e);
+            }
             // The timed-out flag belonged to this attempt; the next one starts clean.
             if (r.state.compare_exchange_strong(
                     s, (s & has_waiter_bit) | static_cast<std::uint32_t>(TaskState::waiting_retry),
@@ -530,17 +694,58 @@ template <class Clock, class Controller> class SchedulerCore {
             }
             // cancel() slipped in: fall through to the cancelled ending.
         }
-        r.store_exception(std::move(error));
-        finish(r, index, s, TaskState::dead_lettered, end, &w.local);
+        r.set_final_error(std::move(error));
+        // The hook runs while this worker still owns the record and before the task is visibly
+        // dead, so a user persisting dead letters sees every one, even those the bounded list
+        // evicts at once.
+        if (hooks_.on_dead_letter && (s & cancel_requested_bit) == 0) {
+            TaskEvent e = event(r, id, attempt);
+            r.lock_extras();
+            const std::string type = r.extras->last_error_type;
+            const std::string message = r.extras->last_error;
+            r.unlock_extras();
+            e.error_type = type;
+            e.error = message;
+            call_hook(hooks_.on_dead_letter, e);
+        }
+        // The dead-letter list holds its own reference (and with it the callable, for replay),
+        // and lists the task before its terminal state is published: whoever sees it dead finds
+        // it there.
+        r.refs.fetch_add(1, std::memory_order_relaxed);
+        if (const auto evicted = dead_letters_.add(id))
+            slab_->release(evicted->index());
+        if (!finish(r, index, s, TaskState::dead_lettered, end, &w.local)) {
+            // cancel() slipped in: cancelled, not a dead letter.
+            if (dead_letters_.remove(id))
+                slab_->release(index);
+        }
+    }
+
+    static TaskEvent event(TaskRecord& r, TaskId id, std::uint32_t attempt) {
+        TaskEvent e;
+        e.id = id;
+        e.name = r.extras != nullptr ? std::string_view(r.extras->name) : std::string_view();
+        e.priority = r.priority;
+        e.attempt = attempt;
+        return e;
+    }
+
+    void call_hook(const std::function<void(const TaskEvent&)>& hook, const TaskEvent& e) noexcept {
+        try {
+            hook(e);
+        } catch (...) {
+            hook_failures_.fetch_add(1, std::memory_order_relaxed);
+        }
     }
 
     /// Ends a running task: the wanted state, or cancelled if a cancel was requested meanwhile.
-    void finish(TaskRecord& r, std::uint32_t index, std::uint32_t s, TaskState wanted,
+    /// Returns whether the task ended in `wanted`.
+    bool finish(TaskRecord& r, std::uint32_t index, std::uint32_t s, TaskState wanted,
                 std::int64_t end, WorkerLocal* local) {
+        TaskState final_state = wanted;
         r.finish_ns.store(end, std::memory_order_relaxed);
         for (;;) {
-            const TaskState final_state =
-                (s & cancel_requested_bit) != 0 ? TaskState::cancelled : wanted;
+            final_state = (s & cancel_requested_bit) != 0 ? TaskState::cancelled : wanted;
             // Counted before publishing, so whoever sees the terminal state sees the totals.
             count_terminal(final_state, 1);
             if (r.state.compare_exchange_weak(
@@ -553,6 +758,7 @@ template <class Clock, class Controller> class SchedulerCore {
             count_terminal(final_state, -1);
         }
         retire(index, local);
+        return final_state == wanted;
     }
 
     void count_terminal(TaskState s, int delta) noexcept {
@@ -743,6 +949,7 @@ template <class Clock, class Controller> class SchedulerCore {
     /// requests stop on them; the attempt then ends as a failure (TaskTimedOut) and follows the
     /// retry policy. A body that ignores its stop token keeps its worker until it returns.
     void watchdog(std::int64_t now) {
+        std::vector<std::pair<TaskId, std::uint32_t>> fired; // (task, attempt) for hooks
         pool_.for_each([&](Worker& w) {
             const auto i = w.current.load(std::memory_order_acquire);
             if (i == none)
@@ -760,8 +967,22 @@ template <class Clock, class Controller> class SchedulerCore {
             if (r.state.compare_exchange_strong(s, s | timed_out_bit, std::memory_order_acq_rel)) {
                 timeouts_.fetch_add(1, std::memory_order_relaxed);
                 r.request_stop();
+                if (hooks_.on_timeout)
+                    fired.emplace_back(TaskId::make(i, r.generation.load()), r.attempts.load());
             }
         });
+        // Hooks run outside the pool lock: they may call back into the scheduler.
+        for (const auto& [id, attempt] : fired) {
+            TaskRecord* r = slab_->try_pin(id);
+            if (r == nullptr)
+                continue;
+            TaskEvent e = event(*r, id, attempt);
+            const std::string message = TaskTimedOut(r->timeout_ms).what();
+            e.error_type = "ax::TaskTimedOut";
+            e.error = message;
+            call_hook(hooks_.on_timeout, e);
+            slab_->release(id.index());
+        }
     }
 
     /// Share of all cores the process used since the last tick, smoothed over a few ticks. Uses
@@ -877,6 +1098,10 @@ template <class Clock, class Controller> class SchedulerCore {
     mutable std::mutex groups_mutex_;
     std::vector<std::string> group_names_;
 
+    Hooks hooks_;
+    DeadLetterList dead_letters_;
+    std::atomic<std::uint64_t> hook_failures_{0};
+
     Jitter jitter_;
     std::atomic<bool> accepting_{true};
     std::atomic<bool> discard_{false};
@@ -925,7 +1150,8 @@ class Scheduler {
     using Info = TaskInfo<Clock>;
 
     /// Validates `cfg` (std::invalid_argument naming the field on error) and starts min_workers.
-    explicit Scheduler(const Config& cfg = Config{}) : core_(std::make_shared<Core>(cfg)) {
+    explicit Scheduler(const Config& cfg = Config{}, Hooks hooks = {})
+        : core_(std::make_shared<Core>(cfg, std::move(hooks))) {
         core_->start();
     }
     Scheduler(const Scheduler&) = delete;
@@ -961,6 +1187,17 @@ class Scheduler {
 
     /// Queue, workers, the metrics window and totals since start.
     MetricsSnapshot metrics() { return core_->metrics(); }
+
+    /// Snapshot of the dead-letter list, oldest first: each task with every attempt's error.
+    std::vector<DeadLetter<Clock>> dead_letters() { return core_->dead_letters(); }
+
+    /// Drops a dead letter (and with it the task's captures); false if `id` is not listed.
+    bool discard_dead_letter(TaskId id) { return core_->discard_dead_letter(id); }
+
+    /// Resubmits a dead letter as a new task (new ID, fresh attempt series, same options),
+    /// moving its callable over; the old ID stays dead_lettered. Refused like a submit under
+    /// backpressure (the entry then stays listed), or invalid_options if `id` is not listed.
+    Expected<TaskId> replay_dead_letter(TaskId id) { return core_->replay_dead_letter(id); }
 
     /// The ID of concurrency group `name`, registering it on first use.
     GroupId group(std::string_view name) { return core_->group(name); }

@@ -19,6 +19,7 @@
 #include <string_view>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace ax {
 
@@ -130,10 +131,10 @@ struct TaskRecord;
 
 /// Operations a task's type-erased manager knows; the manager is the only code that knows the
 /// callable's and the result's types.
-enum class ManagerOp : std::uint8_t { run, destroy };
+enum class ManagerOp : std::uint8_t { run, destroy, relocate };
 
 /// What the storage of a record holds.
-enum class Content : std::uint8_t { none, callable, value, exception };
+enum class Content : std::uint8_t { none, callable, value };
 
 /// Bits of TaskRecord::state besides the TaskState in the low byte.
 inline constexpr std::uint32_t state_mask = 0xffu;
@@ -146,9 +147,23 @@ inline constexpr std::uint32_t stop_bits = cancel_requested_bit | timed_out_bit;
 
 /// Rarely needed, variable-sized fields, allocated the first time a slot needs them and reused by
 /// every later task of the slot, so steady-state submits do not allocate.
+/// One failed attempt, as the dead-letter list reports it.
+struct AttemptFailure {
+    std::uint32_t attempt = 0;
+    std::string type;    ///< Exception type ("std::runtime_error", "int", "ax::TaskTimedOut").
+    std::string message; ///< what(), or a description for non-std exceptions.
+    std::int64_t started_ns = 0;
+    std::int64_t ended_ns = 0;
+};
+
 struct TaskExtras {
     std::string name;
     std::string last_error;
+    std::string last_error_type;
+    /// Every failed attempt of the current series.
+    std::vector<AttemptFailure> failures;
+    /// What the handle rethrows once the task is dead-lettered.
+    std::exception_ptr final_error;
 };
 
 using Manager = std::exception_ptr (*)(ManagerOp, TaskRecord&, void* context);
@@ -204,22 +219,13 @@ struct alignas(64) TaskRecord {
     void destroy_content() noexcept {
         if (content == Content::none)
             return;
-        if (content == Content::exception) {
-            std::launder(reinterpret_cast<std::exception_ptr*>(storage))->~exception_ptr();
-        } else {
-            manager(ManagerOp::destroy, *this, nullptr);
-        }
+        manager(ManagerOp::destroy, *this, nullptr);
         content = Content::none;
     }
-    void store_exception(std::exception_ptr e) noexcept {
-        destroy_content();
-        ::new (static_cast<void*>(storage)) std::exception_ptr(std::move(e));
-        content = Content::exception;
-    }
-    [[nodiscard]] std::exception_ptr stored_exception() const noexcept {
-        if (content != Content::exception)
-            return nullptr;
-        return *std::launder(reinterpret_cast<const std::exception_ptr*>(storage));
+    /// The exception a dead-lettered task's handle rethrows (written before the terminal state is
+    /// published, never changed after).
+    [[nodiscard]] std::exception_ptr final_error() const noexcept {
+        return extras != nullptr ? extras->final_error : nullptr;
     }
     TaskExtras& ensure_extras() {
         if (extras == nullptr)
@@ -265,10 +271,22 @@ struct alignas(64) TaskRecord {
             stop.request_stop();
         unlock_extras();
     }
-    void set_last_error(std::string text) {
+    /// Records a failed attempt for query() and the dead-letter list.
+    void record_failure(AttemptFailure f) {
         lock_extras();
         try {
-            ensure_extras().last_error = std::move(text);
+            TaskExtras& x = ensure_extras();
+            x.last_error = f.message;
+            x.last_error_type = f.type;
+            x.failures.push_back(std::move(f));
+        } catch (...) {
+        }
+        unlock_extras();
+    }
+    void set_final_error(std::exception_ptr e) {
+        lock_extras();
+        try {
+            ensure_extras().final_error = std::move(e);
         } catch (...) {
         }
         unlock_extras();
@@ -458,6 +476,9 @@ class TaskSlab {
         if (r.extras != nullptr) {
             r.extras->name.clear();
             r.extras->last_error.clear();
+            r.extras->last_error_type.clear();
+            r.extras->failures.clear();
+            r.extras->final_error = nullptr;
         }
         r.state.store(0, std::memory_order_relaxed);
         auto g = r.generation.load(std::memory_order_relaxed) + 1;
@@ -557,6 +578,20 @@ template <class T> void storage_destroy(TaskRecord& r) noexcept {
 /// on failure the callable stays for a retry and the exception is returned.
 template <class F> std::exception_ptr manage(ManagerOp op, TaskRecord& r, void* context) {
     using R = typename CallableTraits<F>::result;
+    if (op == ManagerOp::relocate) {
+        // Moves the callable into another record (replay of a dead letter).
+        auto& to = *static_cast<TaskRecord*>(context);
+        if constexpr (std::is_move_constructible_v<F>) {
+            storage_emplace<F>(to, std::move(*storage_as<F>(r)));
+            to.manager = r.manager;
+            to.content = Content::callable;
+            storage_destroy<F>(r);
+            r.content = Content::none;
+            return nullptr;
+        } else {
+            return std::make_exception_ptr(std::logic_error("ax: callable is not movable"));
+        }
+    }
     if (op == ManagerOp::destroy) {
         if (r.content == Content::callable) {
             storage_destroy<F>(r);
@@ -665,7 +700,7 @@ template <class R> class TaskHandle {
         case TaskState::cancelled:
             throw TaskCancelled();
         default: {
-            if (auto e = r.stored_exception())
+            if (auto e = r.final_error())
                 std::rethrow_exception(e);
             throw TaskFailed("ax: task " + id_.to_string() + " failed");
         }
@@ -717,6 +752,8 @@ template <class Clock = std::chrono::steady_clock> struct TaskInfo {
     std::string name;
     /// Text of the latest attempt's error ("" if none).
     std::string last_error;
+    /// Exception type of the latest attempt's error ("std::runtime_error", "int", ...).
+    std::string last_error_type;
 };
 
 } // namespace ax

@@ -1,0 +1,48 @@
+// ax — Adaptive eXchange Scheduler. SPDX-License-Identifier: MIT
+#pragma once
+
+#include "task.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string_view>
+
+namespace ax {
+
+/// What a hook is told about one task event. The string views are valid during the call only.
+struct TaskEvent {
+    TaskId id{};
+    std::string_view name;
+    Priority priority = Priority::normal;
+    /// The attempt concerned (1 for the first).
+    std::uint32_t attempt = 0;
+    /// For failures: the exception's type and message.
+    std::string_view error_type;
+    std::string_view error;
+    /// For on_retry: how long until the next attempt.
+    std::chrono::nanoseconds retry_delay{0};
+};
+
+/// Optional callbacks for logging "task ID, attempt, error" (seed §5.5) or persisting dead
+/// letters. Each runs on the thread where the event happens (a worker, or the maintenance tick
+/// for timeouts) with no scheduler lock held, so it may call back into the scheduler; keep it
+/// short, it delays that thread. A hook that throws is contained: the exception is swallowed
+/// and counted in MetricsSnapshot::totals.hook_failures.
+struct Hooks {
+    /// An attempt starts.
+    std::function<void(const TaskEvent&)> on_start;
+    /// The task succeeded.
+    std::function<void(const TaskEvent&)> on_success;
+    /// An attempt threw (any type) or timed out; called before on_retry / on_dead_letter.
+    std::function<void(const TaskEvent&)> on_exception;
+    /// A retry was scheduled after retry_delay.
+    std::function<void(const TaskEvent&)> on_retry;
+    /// The watchdog timed out the running attempt (called from the maintenance tick).
+    std::function<void(const TaskEvent&)> on_timeout;
+    /// The task was dead-lettered; the event carries its last error. Persist it here so nothing
+    /// is lost when the bounded dead-letter list evicts it.
+    std::function<void(const TaskEvent&)> on_dead_letter;
+};
+
+} // namespace ax
