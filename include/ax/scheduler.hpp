@@ -721,6 +721,7 @@ template <class Clock, class Controller> class SchedulerCore {
         }
     }
 
+    /// An event for the worker that owns the record (it alone may create r.extras).
     static TaskEvent event(TaskRecord& r, TaskId id, std::uint32_t attempt) {
         TaskEvent e;
         e.id = id;
@@ -976,7 +977,15 @@ template <class Clock, class Controller> class SchedulerCore {
             TaskRecord* r = slab_->try_pin(id);
             if (r == nullptr)
                 continue;
-            TaskEvent e = event(*r, id, attempt);
+            // Unlike a worker, the tick does not own the record: read the name under its lock.
+            r->lock_extras();
+            const std::string name = r->extras != nullptr ? r->extras->name : std::string();
+            r->unlock_extras();
+            TaskEvent e;
+            e.id = id;
+            e.name = name;
+            e.priority = r->priority;
+            e.attempt = attempt;
             const std::string message = TaskTimedOut(r->timeout_ms).what();
             e.error_type = "ax::TaskTimedOut";
             e.error = message;
