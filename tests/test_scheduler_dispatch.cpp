@@ -293,3 +293,104 @@ TEST_CASE("a saturated pool scales out every tick, not every controller round",
             h.get();
     }
 }
+
+TEST_CASE("group limits hold tasks back without holding workers or other groups",
+          "[scheduler][groups]") {
+    ax::Config cfg;
+    cfg.min_workers = 4;
+    cfg.max_workers = 4;
+    cfg.queue_capacity = 100;
+    ax::Scheduler sched{cfg};
+    const auto g = sched.group("uploads");
+    sched.set_group_limit(g, 2);
+    CHECK(sched.group_stats(g).limit == 2);
+
+    ax_test::Gate gate;
+    std::atomic<int> running{0}, peak{0};
+    auto grouped = [&] {
+        const int now = ++running;
+        int p = peak.load();
+        while (now > p && !peak.compare_exchange_weak(p, now)) {
+        }
+        gate.wait();
+        --running;
+    };
+    std::vector<ax::TaskHandle<void>> hs;
+    for (int i = 0; i < 6; ++i)
+        hs.push_back(std::move(*sched.submit(grouped, {.group = g})));
+    REQUIRE(eventually([&] { return running == 2 && sched.group_stats(g).waiting == 4; }));
+
+    // Other work is not stuck behind the held-back group: two workers are still free.
+    std::atomic<int> others{0};
+    for (int i = 0; i < 10; ++i)
+        REQUIRE(sched.post([&] { ++others; }));
+    REQUIRE(eventually([&] { return others == 10; }));
+    CHECK(running == 2);
+    const auto st = sched.group_stats(g);
+    CHECK(st.active == 2);
+    CHECK(st.waiting == 4);
+    CHECK(sched.metrics().queue_length_total == 4); // held-back tasks are still queued
+
+    // A cancelled held-back task ends at once and never runs.
+    CHECK(sched.cancel(hs[5].id()));
+    CHECK(hs[5].state() == ax::TaskState::cancelled);
+
+    // Raising the limit at run time lets more in.
+    sched.set_group_limit(g, 3);
+    REQUIRE(eventually([&] { return running == 3; }));
+    gate.open();
+    for (std::size_t i = 0; i < 5; ++i)
+        hs[i].get();
+    CHECK(peak == 3);
+    CHECK(sched.group_stats(g).active == 0);
+    CHECK(sched.group_stats(g).waiting == 0);
+    CHECK_THROWS_AS(sched.set_group_limit(ax::GroupId{77}, 1), std::invalid_argument);
+}
+
+TEST_CASE("a group limit applies to retries and survives shutdown(cancel)", "[scheduler][groups]") {
+    ax::Config cfg;
+    cfg.min_workers = 3;
+    cfg.max_workers = 3;
+    cfg.retry_base_delay = 1ms;
+    cfg.retry_jitter = 0ms;
+    ax::Scheduler sched{cfg};
+    const auto g = sched.group("flaky-api");
+    sched.set_group_limit(g, 1);
+    std::atomic<int> concurrent{0}, worst{0};
+    std::vector<ax::TaskHandle<int>> hs;
+    for (int i = 0; i < 6; ++i) {
+        hs.push_back(std::move(*sched.submit(
+            [&](ax::TaskContext& ctx) {
+                const int now = ++concurrent;
+                int w = worst.load();
+                while (now > w && !worst.compare_exchange_weak(w, now)) {
+                }
+                std::this_thread::sleep_for(1ms);
+                --concurrent;
+                if (ctx.attempt() == 1)
+                    throw std::runtime_error("retry me");
+                return 1;
+            },
+            {.max_retries = 1, .group = g})));
+    }
+    for (auto& h : hs)
+        CHECK(h.get() == 1);
+    CHECK(worst == 1);
+
+    // Held-back tasks are cancelled by shutdown(cancel) like any queued task.
+    ax_test::Gate gate;
+    std::vector<ax::TaskHandle<void>> blocked;
+    for (int i = 0; i < 4; ++i)
+        blocked.push_back(std::move(*sched.submit([&] { gate.wait(); }, {.group = g})));
+    REQUIRE(eventually([&] { return sched.group_stats(g).waiting == 3; }));
+    std::thread opener([&] {
+        std::this_thread::sleep_for(20ms);
+        gate.open();
+    });
+    CHECK(sched.shutdown(ax::ShutdownMode::cancel, 20s));
+    opener.join();
+    int cancelled = 0;
+    for (auto& b : blocked)
+        cancelled += b.state() == ax::TaskState::cancelled ? 1 : 0;
+    CHECK(cancelled >= 3);
+}

@@ -32,6 +32,9 @@ class Gate {
             open_.wait(false);
     }
     [[nodiscard]] bool is_open() const { return open_.load(std::memory_order_acquire); }
+    /// Opens on destruction too, so a failed REQUIRE cannot leave tasks blocked forever and hang
+    /// the scheduler's draining destructor.
+    ~Gate() { open(); }
 
   private:
     std::atomic<bool> open_{false};

@@ -47,6 +47,13 @@ struct WorkerStats {
     std::uint64_t created = 0; ///< Threads created since start.
 };
 
+/// A concurrency group's state (Scheduler::group_stats).
+struct GroupStats {
+    std::uint32_t limit = 0;   ///< Concurrent tasks allowed (0: no limit).
+    std::uint32_t active = 0;  ///< Tasks of the group dispatched and not yet ended.
+    std::uint32_t waiting = 0; ///< Tasks held back by the limit (still queued).
+};
+
 /// Counts since the scheduler started.
 struct MetricsTotals {
     std::uint64_t submitted = 0;     ///< Tasks admitted.

@@ -101,6 +101,11 @@ template <class Links> class PriorityLanes {
         lanes_[static_cast<std::size_t>(p)].push_back(links, index);
     }
 
+    /// Puts a slot back at the head of its lane (a task that was held back keeps its age).
+    void push_front(Links& links, std::uint32_t index, Priority p) noexcept {
+        lanes_[static_cast<std::size_t>(p)].push_front(links, index);
+    }
+
     /// Next slot to dispatch at time now_ns, or none when every lane is empty.
     std::uint32_t pop(Links& links, std::int64_t now_ns) noexcept {
         std::uint32_t mask = 0;

@@ -101,6 +101,7 @@ template <class Clock, class Controller> class SchedulerCore {
   public:
     static constexpr std::uint32_t none = UINT32_MAX;
     static constexpr std::size_t history_batch = 32;
+    static constexpr std::size_t max_groups = 1024;
     static constexpr std::uint32_t swap_period = 16;
     static constexpr std::size_t max_reserve = 8;
     /// Mean duration under which a worker may reserve several tasks at once.
@@ -339,10 +340,42 @@ template <class Clock, class Controller> class SchedulerCore {
         for (std::size_t i = 0; i < group_names_.size(); ++i)
             if (group_names_[i] == name)
                 return GroupId{static_cast<std::uint16_t>(i + 1)};
-        if (group_names_.size() >= 65535)
-            throw std::length_error("ax: too many groups");
+        if (group_names_.size() >= max_groups)
+            throw std::length_error("ax: too many groups (at most " + std::to_string(max_groups) +
+                                    ")");
         group_names_.emplace_back(name);
         return GroupId{static_cast<std::uint16_t>(group_names_.size())};
+    }
+
+    void set_group_limit(GroupId g, std::uint32_t limit) {
+        if (g.value == 0 || g.value > max_groups)
+            throw std::invalid_argument("ax: set_group_limit on an unregistered group");
+        {
+            std::lock_guard lock(groups_mutex_);
+            if (g.value > group_names_.size())
+                throw std::invalid_argument("ax: set_group_limit on an unregistered group");
+        }
+        GroupState& gs = groups_[g.value];
+        std::uint32_t moved = 0;
+        {
+            std::lock_guard lock(dispatch_mutex_);
+            gs.limit = limit;
+            moved = unpark_locked(gs);
+        }
+        if (moved != 0)
+            pool_.notify_all();
+    }
+
+    GroupStats group_stats(GroupId g) {
+        GroupStats st;
+        if (g.value == 0 || g.value > max_groups)
+            return st;
+        GroupState& gs = groups_[g.value];
+        std::lock_guard lock(dispatch_mutex_);
+        st.limit = gs.limit;
+        st.active = gs.active;
+        st.waiting = static_cast<std::uint32_t>(gs.parked.size());
+        return st;
     }
 
     std::string group_name(GroupId g) {
@@ -406,6 +439,11 @@ template <class Clock, class Controller> class SchedulerCore {
             }
             const std::uint32_t index = local.batch[local.next++];
             if (try_start(index, local)) {
+                // Chain wake: work is left and this worker is about to be busy, so rouse a
+                // parked one (a no-op while one spins or a wake is in flight). Without it a burst
+                // of long tasks could leave queued work next to sleeping workers.
+                if (has_work())
+                    pool_.notify_work();
                 execute(index, w, now);
                 return true;
             }
@@ -431,6 +469,14 @@ template <class Clock, class Controller> class SchedulerCore {
         [[nodiscard]] std::int64_t enqueue_ns(std::uint32_t i) const noexcept {
             return slab->at(i).enqueue_ns.load(std::memory_order_relaxed);
         }
+    };
+
+    /// Per-group limit, tasks reserved or running, and tasks parked over the limit; all under
+    /// the dispatch lock. Index = GroupId (0 unused).
+    struct GroupState {
+        std::uint32_t limit = 0;
+        std::uint32_t active = 0;
+        IntrusiveFifo<Links> parked;
     };
 
     std::optional<SubmitError> validate(const SubmitOptions& o) const {
@@ -597,6 +643,16 @@ template <class Clock, class Controller> class SchedulerCore {
             const std::uint32_t i = lanes_.pop(links, now);
             if (i == none)
                 break;
+            if (const std::uint16_t g = slab_->at(i).group; g != 0) {
+                // Over its group's limit the task waits in the group's parking list, still
+                // queued and holding no worker; other groups pass it by.
+                GroupState& gs = groups_[g];
+                if (gs.limit != 0 && gs.active >= gs.limit) {
+                    gs.parked.push_back(links, i);
+                    continue;
+                }
+                ++gs.active; // released by release_group when this attempt ends
+            }
             local.batch[local.reserved++] = i;
         }
         lanes_count_.store(static_cast<std::uint32_t>(lanes_.size()), std::memory_order_seq_cst);
@@ -608,6 +664,7 @@ template <class Clock, class Controller> class SchedulerCore {
         TaskRecord& r = slab_->at(i);
         if (discard_.load(std::memory_order_acquire)) {
             cancel_pinned(r, i);
+            release_group(r);
             retire(i, &local);
             return false;
         }
@@ -620,8 +677,44 @@ template <class Clock, class Controller> class SchedulerCore {
                 return true;
             }
         }
+        release_group(r);
         retire(i, &local);
         return false;
+    }
+
+    /// Gives back the group slot a reserved task held and lets parked tasks of its group in.
+    /// The calling worker is about to look for work itself, so one task let in needs no wake.
+    void release_group(TaskRecord& r) {
+        if (r.group == 0)
+            return;
+        GroupState& gs = groups_[r.group];
+        std::uint32_t moved = 0;
+        {
+            std::lock_guard lock(dispatch_mutex_);
+            --gs.active;
+            moved = unpark_locked(gs);
+        }
+        if (moved > 1)
+            pool_.notify_all();
+    }
+
+    /// Moves parked tasks of a group back to the front of their lanes while the group has room.
+    /// Caller holds the dispatch lock. Returns how many moved.
+    std::uint32_t unpark_locked(GroupState& gs) {
+        Links links{slab_.get()};
+        const std::uint32_t room = gs.limit == 0           ? UINT32_MAX
+                                   : gs.active >= gs.limit ? 0
+                                                           : gs.limit - gs.active;
+        std::uint32_t moved = 0;
+        while (moved < room && !gs.parked.empty()) {
+            const std::uint32_t i = gs.parked.pop_front(links);
+            lanes_.push_front(links, i, slab_->at(i).priority);
+            ++moved;
+        }
+        if (moved != 0)
+            lanes_count_.store(static_cast<std::uint32_t>(lanes_.size()),
+                               std::memory_order_seq_cst);
+        return moved;
     }
 
     void execute(std::uint32_t index, Worker& w, std::int64_t start) {
@@ -689,6 +782,7 @@ template <class Clock, class Controller> class SchedulerCore {
                     std::memory_order_acq_rel)) {
                 waiting_retry_.fetch_add(1, std::memory_order_acq_rel);
                 retries_.fetch_add(1, std::memory_order_relaxed);
+                release_group(r);
                 timers_.add(due, index);
                 return;
             }
@@ -758,6 +852,7 @@ template <class Clock, class Controller> class SchedulerCore {
             }
             count_terminal(final_state, -1);
         }
+        release_group(r);
         retire(index, local);
         return final_state == wanted;
     }
@@ -830,6 +925,9 @@ template <class Clock, class Controller> class SchedulerCore {
             }
             for (std::uint32_t i = lanes_.pop(links, 0); i != none; i = lanes_.pop(links, 0))
                 victims.push_back(i);
+            for (std::size_t g = 1; g <= max_groups; ++g)
+                while (!groups_[g].parked.empty())
+                    victims.push_back(groups_[g].parked.pop_front(links));
             lanes_count_.store(0, std::memory_order_seq_cst);
         }
         timers_.take_all(victims);
@@ -943,6 +1041,8 @@ template <class Clock, class Controller> class SchedulerCore {
             pool_.grow(qlen);
         if (++ticks_ % watchdog_ticks_ == 0)
             watchdog(now);
+        if (has_work())
+            pool_.notify_work(); // safety net: never leave queued work beside parked workers
         check_drained();
     }
 
@@ -1085,6 +1185,7 @@ template <class Clock, class Controller> class SchedulerCore {
     std::uint32_t pops_since_swap_ = 0;
     /// lanes_.size(), readable without the dispatch lock (has_work).
     std::atomic<std::uint32_t> lanes_count_{0};
+    std::unique_ptr<GroupState[]> groups_ = std::make_unique<GroupState[]>(max_groups + 1);
 
     RetryTimers timers_;
     std::vector<std::uint32_t> due_; // ticker only
@@ -1210,6 +1311,12 @@ class Scheduler {
 
     /// The ID of concurrency group `name`, registering it on first use.
     GroupId group(std::string_view name) { return core_->group(name); }
+    /// Limits how many tasks of group `g` run at once (0: no limit); takes effect at once and may
+    /// change at any time. Tasks over the limit wait queued without holding a worker, and never
+    /// hold up other groups. Throws std::invalid_argument for an unregistered group.
+    void set_group_limit(GroupId g, std::uint32_t limit) { core_->set_group_limit(g, limit); }
+    /// Limit, running and waiting tasks of a group.
+    GroupStats group_stats(GroupId g) { return core_->group_stats(g); }
     /// The name a group was registered with ("" for none).
     std::string group_name(GroupId g) { return core_->group_name(g); }
 
