@@ -626,12 +626,8 @@ template <class Clock, class Controller> class SchedulerCore {
         // Swap when the lanes run dry, else every swap_period pops: a new high-priority task
         // waits at most that many dispatches, and a steady producer does not bounce the queue
         // lock's cache line with the dispatcher on every task.
-        if ((lanes_.size() == 0 || ++pops_since_swap_ >= swap_period) && queue_.swap(batch_)) {
-            pops_since_swap_ = 0;
-            for (const auto i : batch_)
-                lanes_.push(links, i, slab_->at(i).priority);
-            batch_.clear();
-        }
+        if (lanes_.size() == 0 || ++pops_since_swap_ >= swap_period)
+            swap_into_lanes_locked(links);
         std::size_t want = 1;
         const double avg_s = avg_duration_s_.load(std::memory_order_relaxed);
         if (avg_s > 0.0 && avg_s < tiny_task_s) {
@@ -656,6 +652,16 @@ template <class Clock, class Controller> class SchedulerCore {
             local.batch[local.reserved++] = i;
         }
         lanes_count_.store(static_cast<std::uint32_t>(lanes_.size()), std::memory_order_seq_cst);
+    }
+
+    /// Takes the standby buffer (O(1)) and sorts it into the priority lanes. Dispatch lock held.
+    void swap_into_lanes_locked(Links& links) {
+        if (!queue_.swap(batch_))
+            return;
+        pops_since_swap_ = 0;
+        for (const auto i : batch_)
+            lanes_.push(links, i, slab_->at(i).priority);
+        batch_.clear();
     }
 
     /// queued -> running for a reserved slot. A slot cancelled meanwhile (a tombstone), or any
@@ -918,11 +924,7 @@ template <class Clock, class Controller> class SchedulerCore {
         {
             Links links{slab_.get()};
             std::lock_guard lock(dispatch_mutex_);
-            if (queue_.swap(batch_)) {
-                for (const auto i : batch_)
-                    lanes_.push(links, i, slab_->at(i).priority);
-                batch_.clear();
-            }
+            swap_into_lanes_locked(links);
             for (std::uint32_t i = lanes_.pop(links, 0); i != none; i = lanes_.pop(links, 0))
                 victims.push_back(i);
             for (std::size_t g = 1; g <= max_groups; ++g)
