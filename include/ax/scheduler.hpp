@@ -442,7 +442,9 @@ template <class Clock, class Controller> class SchedulerCore {
                 // Chain wake: work is left and this worker is about to be busy, so rouse a
                 // parked one (a no-op while one spins or a wake is in flight). Without it a burst
                 // of long tasks could leave queued work next to sleeping workers.
-                if (has_work())
+                // Tiny tasks are exempt: this worker is back at the queue within microseconds,
+                // and waking a second one would only crowd the producer's core.
+                if (!tasks_are_tiny() && has_work())
                     pool_.notify_work();
                 execute(index, w, now);
                 return true;
@@ -629,8 +631,7 @@ template <class Clock, class Controller> class SchedulerCore {
         if (lanes_.size() == 0 || ++pops_since_swap_ >= swap_period)
             swap_into_lanes_locked(links);
         std::size_t want = 1;
-        const double avg_s = avg_duration_s_.load(std::memory_order_relaxed);
-        if (avg_s > 0.0 && avg_s < tiny_task_s) {
+        if (tasks_are_tiny()) {
             const std::size_t share =
                 lanes_.size() / (2 * std::max<std::uint32_t>(pool_.live(), 1));
             want = std::clamp<std::size_t>(share, 1, max_reserve);
@@ -652,6 +653,12 @@ template <class Clock, class Controller> class SchedulerCore {
             local.batch[local.reserved++] = i;
         }
         lanes_count_.store(static_cast<std::uint32_t>(lanes_.size()), std::memory_order_seq_cst);
+    }
+
+    /// Whether the measured mean attempt duration is known and under tiny_task_s.
+    [[nodiscard]] bool tasks_are_tiny() const noexcept {
+        const double avg_s = avg_duration_s_.load(std::memory_order_relaxed);
+        return avg_s > 0.0 && avg_s < tiny_task_s;
     }
 
     /// Takes the standby buffer (O(1)) and sorts it into the priority lanes. Dispatch lock held.
