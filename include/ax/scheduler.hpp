@@ -852,6 +852,8 @@ template <class Clock, class Controller> class SchedulerCore {
                 std::int64_t end, WorkerLocal* local) {
         TaskState final_state = wanted;
         r.finish_ns.store(end, std::memory_order_relaxed);
+        // The body has returned: its group slot is free before anyone can see the task ended.
+        release_group(r);
         for (;;) {
             final_state = (s & cancel_requested_bit) != 0 ? TaskState::cancelled : wanted;
             // Counted before publishing, so whoever sees the terminal state sees the totals.
@@ -865,7 +867,6 @@ template <class Clock, class Controller> class SchedulerCore {
             }
             count_terminal(final_state, -1);
         }
-        release_group(r);
         retire(index, local);
         return final_state == wanted;
     }
