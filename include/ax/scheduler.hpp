@@ -1060,46 +1060,48 @@ template <class Clock, class Controller> class SchedulerCore {
     /// requests stop on them; the attempt then ends as a failure (TaskTimedOut) and follows the
     /// retry policy. A body that ignores its stop token keeps its worker until it returns.
     void watchdog(std::int64_t now) {
-        std::vector<std::pair<TaskId, std::uint32_t>> fired; // (task, attempt) for hooks
+        // Under the pool lock only collect overdue candidates; act on them pinned and unlocked,
+        // so the hook may call back into the scheduler and never sees a recycled record.
+        std::vector<TaskId> overdue;
         pool_.for_each([&](Worker& w) {
             const auto i = w.current.load(std::memory_order_acquire);
             if (i == none)
                 return;
             TaskRecord& r = slab_->at(i);
-            const std::int64_t limit = std::int64_t{r.timeout_ms} * 1'000'000;
-            if (limit == 0)
-                return;
-            auto s = r.state.load(std::memory_order_acquire);
-            if ((s & state_mask) != static_cast<std::uint32_t>(TaskState::running) ||
-                (s & stop_bits) != 0)
-                return;
-            if (now - r.mark_ns.load(std::memory_order_relaxed) <= limit)
-                return;
-            if (r.state.compare_exchange_strong(s, s | timed_out_bit, std::memory_order_acq_rel)) {
-                timeouts_.fetch_add(1, std::memory_order_relaxed);
-                r.request_stop();
-                if (hooks_.on_timeout)
-                    fired.emplace_back(TaskId::make(i, r.generation.load()), r.attempts.load());
-            }
+            if (r.timeout_ms != 0 && now - r.mark_ns.load(std::memory_order_relaxed) >
+                                         std::int64_t{r.timeout_ms} * 1'000'000)
+                overdue.push_back(TaskId::make(i, r.generation.load(std::memory_order_acquire)));
         });
-        // Hooks run outside the pool lock: they may call back into the scheduler.
-        for (const auto& [id, attempt] : fired) {
+        for (const TaskId id : overdue) {
             TaskRecord* r = slab_->try_pin(id);
             if (r == nullptr)
                 continue;
-            // Unlike a worker, the tick does not own the record: read the name under its lock.
-            r->lock_extras();
-            const std::string name = r->extras != nullptr ? r->extras->name : std::string();
-            r->unlock_extras();
-            TaskEvent e;
-            e.id = id;
-            e.name = name;
-            e.priority = r->priority;
-            e.attempt = attempt;
-            const std::string message = TaskTimedOut(r->timeout_ms).what();
-            e.error_type = "ax::TaskTimedOut";
-            e.error = message;
-            call_hook(hooks_.on_timeout, e);
+            const std::int64_t limit = std::int64_t{r->timeout_ms} * 1'000'000;
+            auto s = r->state.load(std::memory_order_acquire);
+            const bool fire =
+                (s & state_mask) == static_cast<std::uint32_t>(TaskState::running) &&
+                (s & stop_bits) == 0 && limit != 0 &&
+                now - r->mark_ns.load(std::memory_order_relaxed) > limit &&
+                r->state.compare_exchange_strong(s, s | timed_out_bit, std::memory_order_acq_rel);
+            if (fire) {
+                timeouts_.fetch_add(1, std::memory_order_relaxed);
+                r->request_stop();
+                if (hooks_.on_timeout) {
+                    // The tick does not own the record: read the name under its lock.
+                    r->lock_extras();
+                    const std::string name = r->extras != nullptr ? r->extras->name : std::string();
+                    r->unlock_extras();
+                    const std::string message = TaskTimedOut(r->timeout_ms).what();
+                    TaskEvent e;
+                    e.id = id;
+                    e.name = name;
+                    e.priority = r->priority;
+                    e.attempt = r->attempts.load(std::memory_order_relaxed);
+                    e.error_type = "ax::TaskTimedOut";
+                    e.error = message;
+                    call_hook(hooks_.on_timeout, e);
+                }
+            }
             slab_->release(id.index());
         }
     }
