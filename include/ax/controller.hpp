@@ -25,7 +25,8 @@ struct ControllerInput {
     std::uint32_t busy_workers = 0;
     /// Share of all cores the process used recently (0..1): the oversubscription signal.
     double cpu_utilization = 0.0;
-    /// The queue has reached its soft limit: refusals, not queue length, now measure demand.
+    /// The queue is at its soft limit or refused work since the last tick: refusals, not queue
+    /// length, now measure demand.
     bool saturated = false;
 };
 

@@ -1024,7 +1024,11 @@ template <class Clock, class Controller> class SchedulerCore {
         in.busy_workers = ws.busy;
         in.cpu_utilization = sample_cpu();
         cpu_util_pub_.store(in.cpu_utilization, std::memory_order_relaxed);
-        in.saturated = qlen >= queue_.soft_limit();
+        // Saturated: the queue is at its soft limit now, or admission refused work since the
+        // last tick (the queue was at a limit then; a producer obeying retry_after keeps it
+        // just below the limit most of the time).
+        in.saturated = qlen >= queue_.soft_limit() || c.rejected > last_rejected_;
+        last_rejected_ = c.rejected;
         bool control = false;
         {
             std::lock_guard lock(metrics_mutex_);
@@ -1237,6 +1241,7 @@ template <class Clock, class Controller> class SchedulerCore {
     std::atomic<std::uint64_t> cancelled_{0};
     std::atomic<std::uint64_t> retries_{0};
     std::atomic<std::uint64_t> timeouts_{0};
+    std::uint64_t last_rejected_ = 0; // tick thread only
     // Watchdog cadence, in ticks (tick thread only).
     std::uint64_t ticks_ = 0;
     const std::uint64_t watchdog_ticks_ = std::max<std::uint64_t>(
