@@ -656,3 +656,54 @@ TEST_CASE("timeouts: measured from the last heartbeat, then retried or dead-lett
         CHECK_FALSE(q->timed_out);
     }
 }
+
+TEST_CASE("the destructor never hangs on a body that ignores its stop token",
+          "[scheduler][shutdown]") {
+    std::atomic<bool> release{false};
+    std::atomic<bool> body_done{false};
+    std::atomic<int> orphans{0};
+    std::string orphan_name;
+    std::mutex mu;
+    ax::Hooks hooks;
+    hooks.on_orphan = [&](const ax::TaskEvent& e) {
+        std::lock_guard lock(mu);
+        orphan_name = std::string(e.name);
+        ++orphans;
+    };
+    std::optional<ax::TaskHandle<int>> handle;
+    std::atomic<bool> queued_ran{false};
+    const auto t0 = std::chrono::steady_clock::now();
+    {
+        ax::Config cfg;
+        cfg.min_workers = 1;
+        cfg.max_workers = 1;
+        cfg.shutdown_grace = 50ms;
+        ax::Scheduler sched{cfg, hooks};
+        auto h = sched.submit(
+            [&] {
+                while (!release) // deaf to stop requests
+                    std::this_thread::sleep_for(1ms);
+                body_done = true;
+                return 1;
+            },
+            {.name = "stubborn"});
+        REQUIRE(h);
+        REQUIRE(eventually([&] { return h->state() == ax::TaskState::running; }));
+        REQUIRE(sched.post([&] { queued_ran = true; })); // behind it on the only worker
+        handle.emplace(std::move(*h));
+    } // drain 50 ms, cancel + 50 ms, then abandon
+    const auto took = std::chrono::steady_clock::now() - t0;
+    CHECK(took < 10s); // hang guard only: the bound is 2 x 50 ms plus a tick
+    CHECK(orphans == 1);
+    {
+        std::lock_guard lock(mu);
+        CHECK(orphan_name == "stubborn");
+    }
+    CHECK_FALSE(queued_ran); // the queued task was cancelled, not run
+    CHECK(handle->state() == ax::TaskState::running);
+    release = true; // the orphan finishes later; its result is the cancelled ending
+    REQUIRE(handle->wait_for(10s));
+    CHECK(handle->state() == ax::TaskState::cancelled);
+    REQUIRE(eventually([&] { return body_done.load(); }));
+    std::this_thread::sleep_for(20ms); // let the detached thread leave
+}

@@ -93,6 +93,11 @@ struct Config {
     /// retries). Overridable per task.
     std::uint32_t retry_max = 3;
 
+    /// How long ~Scheduler waits for queued work to drain (default 30 s) before cancelling it,
+    /// and then for running bodies to honour their stop token before abandoning them (reported
+    /// via Hooks::on_orphan). The destructor therefore never blocks much longer than twice this.
+    Duration shutdown_grace = std::chrono::seconds(30);
+
     /// Dead-lettered tasks kept for inspection and replay (default 1024). Each keeps its record and
     /// its callable's captures alive; overflow evicts the oldest (counted in the metrics; persist
     /// them from Hooks::on_dead_letter if none may be lost).
@@ -162,6 +167,8 @@ struct Config {
             fail("retry_jitter", ms(retry_jitter), "must not be negative");
         if (retry_max > 100)
             fail("retry_max", std::to_string(retry_max), "must be at most 100");
+        if (shutdown_grace <= Duration::zero())
+            fail("shutdown_grace", ms(shutdown_grace), "must be positive");
         if (dead_letter_capacity > (1u << 20))
             fail("dead_letter_capacity", std::to_string(dead_letter_capacity),
                  "must be at most 1048576");

@@ -43,6 +43,10 @@ struct Hooks {
     /// The task was dead-lettered; the event carries its last error. Persist it here so nothing
     /// is lost when the bounded dead-letter list evicts it.
     std::function<void(const TaskEvent&)> on_dead_letter;
+    /// ~Scheduler gave up on a body that ignored its stop token for 2 x Config::shutdown_grace:
+    /// its thread is detached and ends whenever the body returns. Without this hook ax writes one
+    /// line to stderr instead, so an orphan is never silent.
+    std::function<void(const TaskEvent&)> on_orphan;
 };
 
 } // namespace ax

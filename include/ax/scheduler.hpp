@@ -20,6 +20,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <exception>
@@ -97,7 +98,8 @@ inline thread_local const void* current_worker_owner = nullptr;
 
 /// The scheduler's shared state. Scheduler owns it through a shared_ptr; see docs/design.md for
 /// who calls what, and under which lock.
-template <class Clock, class Controller> class SchedulerCore {
+template <class Clock, class Controller>
+class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, Controller>> {
   public:
     static constexpr std::uint32_t none = UINT32_MAX;
     static constexpr std::size_t history_batch = 32;
@@ -151,6 +153,7 @@ template <class Clock, class Controller> class SchedulerCore {
     ~SchedulerCore() { stop_threads(); }
 
     void start() {
+        pool_.set_keepalive(this->weak_from_this());
         pool_.start();
         ticker_ = std::jthread([this](std::stop_token st) { tick_loop(st); });
     }
@@ -409,6 +412,40 @@ template <class Clock, class Controller> class SchedulerCore {
         }
         stop_threads();
         return true;
+    }
+
+    /// After a bounded shutdown failed: stop the tick, join idle workers, report and detach the
+    /// ones stuck in a body (they keep this core alive until they return).
+    void abandon() {
+        {
+            std::lock_guard lock(stop_mutex_);
+            if (stopped_)
+                return;
+            stopped_ = true;
+        }
+        if (ticker_.joinable()) {
+            ticker_.request_stop();
+            ticker_.join();
+        }
+        pool_.abandon_busy([&](Worker& w) {
+            const auto i = w.current.load(std::memory_order_acquire);
+            TaskRecord& r = slab_->at(i);
+            r.lock_extras();
+            const std::string name = r.extras != nullptr ? r.extras->name : std::string();
+            r.unlock_extras();
+            TaskEvent e;
+            e.id = TaskId::make(i, r.generation.load(std::memory_order_acquire));
+            e.name = name;
+            e.priority = r.priority;
+            e.attempt = r.attempts.load(std::memory_order_relaxed);
+            e.error = "abandoned at shutdown: the body ignored its stop token";
+            if (hooks_.on_orphan) {
+                call_hook(hooks_.on_orphan, e);
+            } else {
+                std::fprintf(stderr, "ax: abandoning task %s (%s) at shutdown: %s\n",
+                             e.id.to_string().c_str(), name.c_str(), e.error.data());
+            }
+        });
     }
 
     [[nodiscard]] const Config& config() const noexcept { return cfg_; }
@@ -1071,20 +1108,21 @@ template <class Clock, class Controller> class SchedulerCore {
             const auto i = w.current.load(std::memory_order_acquire);
             if (i == none)
                 return;
+            // Only atomics here: the slot may be recycled under us; the rest is read pinned.
             TaskRecord& r = slab_->at(i);
-            if (r.timeout_ms != 0 && now - r.mark_ns.load(std::memory_order_relaxed) >
-                                         std::int64_t{r.timeout_ms} * 1'000'000)
-                overdue.push_back(TaskId::make(i, r.generation.load(std::memory_order_acquire)));
+            overdue.push_back(TaskId::make(i, r.generation.load(std::memory_order_acquire)));
         });
         for (const TaskId id : overdue) {
             TaskRecord* r = slab_->try_pin(id);
             if (r == nullptr)
                 continue;
-            const std::int64_t limit = std::int64_t{r->timeout_ms} * 1'000'000;
+            // State first (acquire): seeing `running` orders us after the admission that wrote
+            // timeout_ms, which the ID alone (read from a worker) does not.
             auto s = r->state.load(std::memory_order_acquire);
+            const bool running = (s & state_mask) == static_cast<std::uint32_t>(TaskState::running);
+            const std::int64_t limit = running ? std::int64_t{r->timeout_ms} * 1'000'000 : 0;
             const bool fire =
-                (s & state_mask) == static_cast<std::uint32_t>(TaskState::running) &&
-                (s & stop_bits) == 0 && limit != 0 &&
+                running && (s & stop_bits) == 0 && limit != 0 &&
                 now - r->mark_ns.load(std::memory_order_relaxed) > limit &&
                 r->state.compare_exchange_strong(s, s | timed_out_bit, std::memory_order_acq_rel);
             if (fire) {
@@ -1284,8 +1322,19 @@ class Scheduler {
     Scheduler(const Scheduler&) = delete;
     Scheduler& operator=(const Scheduler&) = delete;
 
-    /// Drains: refuses new work, finishes every queued and retrying task, then joins the workers.
-    ~Scheduler() { core_->shutdown(ShutdownMode::drain, std::nullopt); }
+    /// Drains, boundedly: refuses new work and waits up to Config::shutdown_grace for every
+    /// queued and retrying task to finish; then cancels what is left and waits as long again for
+    /// running bodies to stop; a body still running after that is reported (Hooks::on_orphan, or
+    /// stderr) and its thread detached. It never hangs on a body that ignores its stop token.
+    ~Scheduler() {
+        const auto grace =
+            std::chrono::duration_cast<std::chrono::nanoseconds>(core_->config().shutdown_grace);
+        if (core_->shutdown(ShutdownMode::drain, grace))
+            return;
+        if (core_->shutdown(ShutdownMode::cancel, grace))
+            return;
+        core_->abandon();
+    }
 
     /// Queues `f` (callable as f(ax::TaskContext&) or f()) and returns a handle to its result, or
     /// a SubmitError: queue_full / busy with retry_after, shutting_down, invalid_options. Never

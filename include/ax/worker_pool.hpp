@@ -151,6 +151,35 @@ template <class Host> class WorkerPool {
         }
     }
 
+    /// Who the worker threads keep alive (the scheduler core), set before start().
+    void set_keepalive(std::weak_ptr<void> k) { keepalive_ = std::move(k); }
+
+    /// Last resort of a bounded shutdown: stops every worker; idle ones are joined, ones still
+    /// inside a task body are reported through `report(Worker&)` and detached (they exit when
+    /// their body returns). Returns how many were abandoned.
+    template <class Report> std::size_t abandon_busy(Report&& report) {
+        stopping_.store(true, std::memory_order_seq_cst);
+        notify_all();
+        std::vector<std::unique_ptr<Worker>> all;
+        {
+            std::lock_guard lock(mutex_);
+            all.swap(workers_);
+        }
+        std::size_t abandoned = 0;
+        for (auto& w : all) {
+            if (w->current.load(std::memory_order_acquire) != UINT32_MAX && w->thread.joinable()) {
+                report(*w);
+                w->thread.detach();
+                ++abandoned;
+                std::lock_guard lock(mutex_);
+                orphans_.push_back(std::move(w)); // its thread still uses it
+            } else if (w->thread.joinable()) {
+                w->thread.join();
+            }
+        }
+        return abandoned;
+    }
+
     /// Workers running a task now.
     [[nodiscard]] std::uint32_t busy_count() {
         std::lock_guard lock(mutex_);
@@ -207,7 +236,9 @@ template <class Host> class WorkerPool {
             auto w = std::make_unique<Worker>();
             Worker* raw = w.get();
             live_.fetch_add(1, std::memory_order_acq_rel);
-            w->thread = std::jthread([this, raw] { loop(*raw); });
+            // The thread keeps the scheduler alive while it runs, so an abandoned (detached)
+            // worker stuck in a body can still finish safely after the scheduler is destroyed.
+            w->thread = std::jthread([this, raw, keep = keepalive_.lock()] { loop(*raw); });
             workers_.push_back(std::move(w));
             created_.fetch_add(1, std::memory_order_relaxed);
             const auto live = live_.load(std::memory_order_relaxed);
@@ -294,6 +325,8 @@ template <class Host> class WorkerPool {
     const std::uint32_t max_;
     std::mutex mutex_;
     std::vector<std::unique_ptr<Worker>> workers_;
+    std::vector<std::unique_ptr<Worker>> orphans_; // detached by abandon_busy
+    std::weak_ptr<void> keepalive_;
     std::uint64_t retired_succeeded_ = 0;
     std::uint64_t retired_failed_ = 0;
     std::int64_t retired_busy_ns_ = 0;
