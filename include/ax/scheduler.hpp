@@ -417,27 +417,14 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
     /// After a bounded shutdown failed: stop the tick, join idle workers, report and detach the
     /// ones stuck in a body (they keep this core alive until they return).
     void abandon() {
-        {
-            std::lock_guard lock(stop_mutex_);
-            if (stopped_)
-                return;
-            stopped_ = true;
-        }
-        if (ticker_.joinable()) {
-            ticker_.request_stop();
-            ticker_.join();
-        }
+        if (!stop_ticker())
+            return;
         pool_.abandon_busy([&](Worker& w) {
             const auto i = w.current.load(std::memory_order_acquire);
             TaskRecord& r = slab_->at(i);
-            r.lock_extras();
-            const std::string name = r.extras != nullptr ? r.extras->name : std::string();
-            r.unlock_extras();
-            TaskEvent e;
-            e.id = TaskId::make(i, r.generation.load(std::memory_order_acquire));
-            e.name = name;
-            e.priority = r.priority;
-            e.attempt = r.attempts.load(std::memory_order_relaxed);
+            std::string name;
+            TaskEvent e = foreign_event(
+                r, TaskId::make(i, r.generation.load(std::memory_order_acquire)), name);
             e.error = "abandoned at shutdown: the body ignored its stop token";
             if (hooks_.on_orphan) {
                 call_hook(hooks_.on_orphan, e);
@@ -865,6 +852,20 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
         }
     }
 
+    /// An event built by a thread that does not own the record (the tick, shutdown): the name is
+    /// copied into `name` under the record's lock, and the event points at that copy.
+    static TaskEvent foreign_event(TaskRecord& r, TaskId id, std::string& name) {
+        r.lock_extras();
+        name = r.extras != nullptr ? r.extras->name : std::string();
+        r.unlock_extras();
+        TaskEvent e;
+        e.id = id;
+        e.name = name;
+        e.priority = r.priority;
+        e.attempt = r.attempts.load(std::memory_order_relaxed);
+        return e;
+    }
+
     /// An event for the worker that owns the record (it alone may create r.extras).
     static TaskEvent event(TaskRecord& r, TaskId id, std::uint32_t attempt) {
         TaskEvent e;
@@ -1129,16 +1130,9 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
                 timeouts_.fetch_add(1, std::memory_order_relaxed);
                 r->request_stop();
                 if (hooks_.on_timeout) {
-                    // The tick does not own the record: read the name under its lock.
-                    r->lock_extras();
-                    const std::string name = r->extras != nullptr ? r->extras->name : std::string();
-                    r->unlock_extras();
+                    std::string name;
+                    TaskEvent e = foreign_event(*r, id, name);
                     const std::string message = TaskTimedOut(r->timeout_ms).what();
-                    TaskEvent e;
-                    e.id = id;
-                    e.name = name;
-                    e.priority = r->priority;
-                    e.attempt = r->attempts.load(std::memory_order_relaxed);
                     e.error_type = "ax::TaskTimedOut";
                     e.error = message;
                     call_hook(hooks_.on_timeout, e);
@@ -1216,16 +1210,24 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
         drain_cv_.notify_all();
     }
 
-    void stop_threads() {
-        std::lock_guard lock(stop_mutex_);
-        if (stopped_)
-            return;
-        stopped_ = true;
+    /// Claims the (one-time) stop and joins the tick; false if the threads were stopped before.
+    bool stop_ticker() {
+        {
+            std::lock_guard lock(stop_mutex_);
+            if (stopped_)
+                return false;
+            stopped_ = true;
+        }
         if (ticker_.joinable()) {
             ticker_.request_stop();
             ticker_.join();
         }
-        pool_.stop_and_join();
+        return true;
+    }
+
+    void stop_threads() {
+        if (stop_ticker())
+            pool_.stop_and_join();
     }
 
     const Config cfg_;
