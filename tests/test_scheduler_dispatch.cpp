@@ -394,3 +394,72 @@ TEST_CASE("a group limit applies to retries and survives shutdown(cancel)", "[sc
         cancelled += b.state() == ax::TaskState::cancelled ? 1 : 0;
     CHECK(cancelled >= 3);
 }
+
+TEST_CASE("a group's circuit breaker opens, holds, probes and closes", "[scheduler][groups]") {
+    using Sched = ax::Scheduler<ax::ManualClock>;
+    ax::Config cfg;
+    cfg.min_workers = 2;
+    cfg.max_workers = 2;
+    Sched sched{cfg};
+    const auto g = sched.group("downstream");
+    ax::BreakerOptions opts;
+    opts.failure_ratio = 0.5;
+    opts.min_attempts = 4;
+    opts.cooldown = 1s;
+    opts.probes = 1;
+    sched.set_group_breaker(g, opts);
+    CHECK(sched.group_stats(g).breaker_enabled);
+
+    std::atomic<bool> healthy{false};
+    std::atomic<int> runs{0};
+    auto call = [&]() -> int {
+        ++runs;
+        if (!healthy)
+            throw std::runtime_error("503");
+        return 1;
+    };
+    for (int i = 0; i < 4; ++i) {
+        auto h = sched.submit(call, {.max_retries = 0, .group = g});
+        REQUIRE(h);
+        REQUIRE_THROWS(h->get());
+    }
+    CHECK(sched.group_stats(g).breaker == ax::BreakerState::open);
+    const auto m = sched.metrics();
+    REQUIRE(m.groups.size() == 1);
+    CHECK(m.groups[0].name == "downstream");
+    CHECK(m.groups[0].stats.breaker == ax::BreakerState::open);
+
+    // While open the group's tasks stay queued: not run, not failed.
+    std::vector<ax::TaskHandle<int>> held;
+    for (int i = 0; i < 3; ++i)
+        held.push_back(std::move(*sched.submit(call, {.max_retries = 0, .group = g})));
+    REQUIRE(eventually([&] { return sched.group_stats(g).waiting == 3; }));
+    std::this_thread::sleep_for(50ms);
+    CHECK(runs == 4);
+    for (auto& h : held)
+        CHECK(h.state() == ax::TaskState::queued);
+
+    // After the cool-down one probe runs; it fails, so the breaker re-opens.
+    ax::ManualClock::advance(1500ms);
+    REQUIRE(eventually([&] { return runs == 5; }));
+    REQUIRE(eventually([&] { return sched.group_stats(g).breaker == ax::BreakerState::open; }));
+    std::this_thread::sleep_for(50ms);
+    CHECK(runs == 5);
+    CHECK(sched.group_stats(g).waiting == 2);
+
+    // Next cool-down, the dependency is healthy: the probe succeeds and the rest flows.
+    healthy = true;
+    ax::ManualClock::advance(1500ms);
+    REQUIRE(held[1].wait_for(20s));
+    REQUIRE(held[2].wait_for(20s));
+    CHECK(held[1].get() == 1);
+    CHECK(held[2].get() == 1);
+    CHECK(sched.group_stats(g).breaker == ax::BreakerState::closed);
+    CHECK(held[0].state() == ax::TaskState::dead_lettered); // the failed probe
+
+    // Switching it off lets everything through whatever happens.
+    sched.set_group_breaker(g, std::nullopt);
+    CHECK_FALSE(sched.group_stats(g).breaker_enabled);
+    CHECK_THROWS_AS(sched.set_group_breaker(g, ax::BreakerOptions{0.0, 1, 1s, 1}),
+                    std::invalid_argument);
+}

@@ -252,6 +252,15 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
         const auto sum = window_.sum();
         m.average_duration = sum.average_duration();
         m.cpu_utilization = cpu_util_pub_.load(std::memory_order_relaxed);
+        std::vector<std::string> names;
+        {
+            std::lock_guard glock(groups_mutex_);
+            names = group_names_;
+        }
+        for (std::size_t g = 1; g <= names.size(); ++g) {
+            const GroupId id{static_cast<std::uint16_t>(g)};
+            m.groups.push_back(GroupSnapshot{id, names[g - 1], group_stats(id)});
+        }
         return m;
     }
 
@@ -350,14 +359,15 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
         return GroupId{static_cast<std::uint16_t>(group_names_.size())};
     }
 
+    void check_group(GroupId g) {
+        std::lock_guard lock(groups_mutex_);
+        if (g.value == 0 || g.value > group_names_.size())
+            throw std::invalid_argument("ax: group " + std::to_string(g.value) +
+                                        " is not registered");
+    }
+
     void set_group_limit(GroupId g, std::uint32_t limit) {
-        if (g.value == 0 || g.value > max_groups)
-            throw std::invalid_argument("ax: set_group_limit on an unregistered group");
-        {
-            std::lock_guard lock(groups_mutex_);
-            if (g.value > group_names_.size())
-                throw std::invalid_argument("ax: set_group_limit on an unregistered group");
-        }
+        check_group(g);
         GroupState& gs = groups_[g.value];
         std::uint32_t moved = 0;
         {
@@ -378,7 +388,34 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
         st.limit = gs.limit;
         st.active = gs.active;
         st.waiting = static_cast<std::uint32_t>(gs.parked.size());
+        st.breaker_enabled = gs.breaker_on;
+        st.breaker = gs.state;
+        st.recent_attempts = gs.attempts;
+        st.recent_failures = gs.failures;
         return st;
+    }
+
+    void set_group_breaker(GroupId g, std::optional<BreakerOptions> options) {
+        check_group(g);
+        if (options && (!(options->failure_ratio > 0.0 && options->failure_ratio <= 1.0) ||
+                        options->min_attempts == 0 || options->cooldown.count() < 0))
+            throw std::invalid_argument(
+                "ax: BreakerOptions needs failure_ratio in (0, 1], min_attempts >= 1 and a "
+                "non-negative cooldown");
+        GroupState& gs = groups_[g.value];
+        std::uint32_t moved = 0;
+        {
+            std::lock_guard lock(dispatch_mutex_);
+            gs.breaker_on = options.has_value();
+            if (options)
+                gs.breaker = *options;
+            gs.state = BreakerState::closed;
+            gs.attempts = gs.failures = 0;
+            gs.since_ns = now_ns();
+            moved = unpark_locked(gs);
+        }
+        if (moved != 0)
+            pool_.notify_all();
     }
 
     std::string group_name(GroupId g) {
@@ -503,6 +540,23 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
         std::uint32_t limit = 0;
         std::uint32_t active = 0;
         IntrusiveFifo<Links> parked;
+        // Circuit breaker (off unless set_group_breaker enabled it).
+        bool breaker_on = false;
+        BreakerOptions breaker;
+        BreakerState state = BreakerState::closed;
+        std::uint32_t attempts = 0;
+        std::uint32_t failures = 0;
+        std::int64_t since_ns = 0; // window start while closed, opening time while open
+
+        /// How many of the group's tasks may be dispatched at once right now.
+        [[nodiscard]] std::uint32_t capacity() const noexcept {
+            std::uint32_t cap = limit == 0 ? UINT32_MAX : limit;
+            if (breaker_on && state == BreakerState::open)
+                return 0;
+            if (breaker_on && state == BreakerState::half_open)
+                cap = std::min(cap, std::max<std::uint32_t>(breaker.probes, 1));
+            return cap;
+        }
     };
 
     std::optional<SubmitError> validate(const SubmitOptions& o) const {
@@ -668,7 +722,7 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
                 // Over its group's limit the task waits in the group's parking list, still
                 // queued and holding no worker; other groups pass it by.
                 GroupState& gs = groups_[g];
-                if (gs.limit != 0 && gs.active >= gs.limit) {
+                if (gs.active >= gs.capacity()) {
                     gs.parked.push_back(links, i);
                     continue;
                 }
@@ -719,6 +773,66 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
         return false;
     }
 
+    /// Feeds an attempt's outcome to its group's breaker (before the slot is released, so the
+    /// release already sees the new state).
+    void group_attempt(GroupState& gs, bool ok, std::int64_t now) {
+        std::lock_guard lock(dispatch_mutex_);
+        if (!gs.breaker_on)
+            return;
+        switch (gs.state) {
+        case BreakerState::closed:
+            ++gs.attempts;
+            gs.failures += ok ? 0 : 1;
+            if (gs.attempts >= gs.breaker.min_attempts &&
+                static_cast<double>(gs.failures) >=
+                    gs.breaker.failure_ratio * static_cast<double>(gs.attempts)) {
+                gs.state = BreakerState::open;
+                gs.since_ns = now;
+            }
+            break;
+        case BreakerState::half_open:
+            if (ok) {
+                gs.state = BreakerState::closed;
+                gs.attempts = gs.failures = 0;
+            } else {
+                gs.state = BreakerState::open;
+            }
+            gs.since_ns = now;
+            break;
+        case BreakerState::open:
+            break; // an attempt that started before the breaker opened
+        }
+    }
+
+    /// Tick: open breakers whose cool-down is over go half-open (probes flow); closed ones start
+    /// a new counting window every metrics_window.
+    void tick_breakers(std::int64_t now) {
+        std::size_t registered = 0;
+        {
+            std::lock_guard lock(groups_mutex_);
+            registered = group_names_.size();
+        }
+        std::uint32_t moved = 0;
+        const std::int64_t window =
+            std::chrono::duration_cast<std::chrono::nanoseconds>(cfg_.metrics_window).count();
+        std::lock_guard lock(dispatch_mutex_);
+        for (std::size_t g = 1; g <= registered; ++g) {
+            GroupState& gs = groups_[g];
+            if (!gs.breaker_on)
+                continue;
+            if (gs.state == BreakerState::open &&
+                now - gs.since_ns >= gs.breaker.cooldown.count()) {
+                gs.state = BreakerState::half_open;
+                moved += unpark_locked(gs);
+            } else if (gs.state == BreakerState::closed && now - gs.since_ns >= window) {
+                gs.attempts = gs.failures = 0;
+                gs.since_ns = now;
+            }
+        }
+        if (moved != 0)
+            pool_.notify_all();
+    }
+
     /// Gives back the group slot a reserved task held and lets parked tasks of its group in.
     /// The calling worker is about to look for work itself, so one task let in needs no wake.
     void release_group(TaskRecord& r) {
@@ -739,9 +853,8 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
     /// Caller holds the dispatch lock. Returns how many moved.
     std::uint32_t unpark_locked(GroupState& gs) {
         Links links{slab_.get()};
-        const std::uint32_t room = gs.limit == 0           ? UINT32_MAX
-                                   : gs.active >= gs.limit ? 0
-                                                           : gs.limit - gs.active;
+        const std::uint32_t cap = gs.capacity();
+        const std::uint32_t room = gs.active >= cap ? 0 : cap - gs.active;
         std::uint32_t moved = 0;
         while (moved < room && !gs.parked.empty()) {
             const std::uint32_t i = gs.parked.pop_front(links);
@@ -773,6 +886,8 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
         w.counters.add_attempt(error == nullptr, end - start);
 
         auto s = r.state.load(std::memory_order_acquire);
+        if (r.group != 0 && (s & cancel_requested_bit) == 0)
+            group_attempt(groups_[r.group], error == nullptr, end);
         if (error == nullptr) {
             if (!hooks_.on_success) {
                 finish(r, index, s, TaskState::succeeded, end, &w.local);
@@ -1093,6 +1208,7 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
             pool_.grow(qlen);
         if (++ticks_ % watchdog_ticks_ == 0)
             watchdog(now);
+        tick_breakers(now);
         if (has_work())
             pool_.notify_work(); // safety net: never leave queued work beside parked workers
         check_drained();
@@ -1383,8 +1499,17 @@ class Scheduler {
     /// change at any time. Tasks over the limit wait queued without holding a worker, and never
     /// hold up other groups. Throws std::invalid_argument for an unregistered group.
     void set_group_limit(GroupId g, std::uint32_t limit) { core_->set_group_limit(g, limit); }
-    /// Limit, running and waiting tasks of a group.
+    /// Limit, running and waiting tasks of a group, and its breaker state.
     GroupStats group_stats(GroupId g) { return core_->group_stats(g); }
+    /// Turns group `g`'s circuit breaker on (with `options`) or off (nullopt). When the group's
+    /// failure ratio over the current metrics window reaches options.failure_ratio (with at least
+    /// min_attempts attempts) the breaker opens: the group's tasks stay queued — not failed, not
+    /// retried into the storm — for the cool-down; then `probes` tasks run (half-open); a success
+    /// closes it, a failure re-opens it. Throws std::invalid_argument for an unregistered group
+    /// or invalid options.
+    void set_group_breaker(GroupId g, std::optional<BreakerOptions> options) {
+        core_->set_group_breaker(g, options);
+    }
     /// The name a group was registered with ("" for none).
     std::string group_name(GroupId g) { return core_->group_name(g); }
 
