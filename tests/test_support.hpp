@@ -2,7 +2,10 @@
 #pragma once
 
 #include <atomic>
+#include <ax/task.hpp>
+#include <catch2/catch.hpp>
 #include <chrono>
+#include <cstdint>
 #include <thread>
 
 namespace ax_test {
@@ -39,5 +42,35 @@ class Gate {
   private:
     std::atomic<bool> open_{false};
 };
+
+/// Waits for every handle (a generous hang guard each), checks each ended in a terminal state,
+/// and that the scheduler's totals agree: admitted = handles, and the succeeded / dead-lettered /
+/// cancelled counts match what the handles say.
+template <class Sched, class Handles>
+void check_every_task_ended_once(Sched& sched, Handles& handles, std::chrono::seconds guard) {
+    std::uint64_t ok = 0, dead = 0, cancelled = 0;
+    for (auto& h : handles) {
+        REQUIRE(h.wait_for(guard));
+        switch (h.state()) {
+        case ax::TaskState::succeeded:
+            ++ok;
+            break;
+        case ax::TaskState::dead_lettered:
+            ++dead;
+            break;
+        case ax::TaskState::cancelled:
+            ++cancelled;
+            break;
+        default:
+            FAIL("non-terminal state after wait");
+        }
+    }
+    const auto m = sched.metrics();
+    CHECK(m.totals.submitted == handles.size());
+    CHECK(m.totals.succeeded == ok);
+    CHECK(m.totals.dead_lettered == dead);
+    CHECK(m.totals.cancelled == cancelled);
+    CHECK(ok + dead + cancelled == handles.size());
+}
 
 } // namespace ax_test
