@@ -5,6 +5,8 @@ set -euo pipefail
 
 packages=(
     build-essential cmake ninja-build g++ clang
+    # libFuzzer and the clang sanitizer runtimes (scripts/fuzz.sh, the tsan/asan presets)
+    libclang-rt-14-dev
     catch2 libbenchmark-dev libfmt-dev libtbb-dev libasio-dev
     "$@"
 )
