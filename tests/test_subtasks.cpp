@@ -7,7 +7,9 @@
 #include <ax/scheduler.hpp>
 #include <catch2/catch.hpp>
 #include <mutex>
+#include <memory>
 #include <numeric>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -362,4 +364,37 @@ TEST_CASE("shutdown(cancel) cancels queued subtasks and pending joins", "[subtas
     CHECK(join->state() == ax::TaskState::cancelled);
     const auto m = sched.metrics();
     CHECK(m.totals.submitted == m.totals.succeeded + m.totals.dead_lettered + m.totals.cancelled);
+}
+
+TEST_CASE("a helping wait runs the tasks its worker reserved, the awaited one among them",
+          "[subtasks]") {
+    // Tiny tasks make a worker reserve several at once; a task that waits for one reserved
+    // right behind it must run it itself, since no other worker can.
+    ax::Scheduler sched{workers(1)};
+    std::vector<ax::TaskHandle<void>> warm;
+    for (int i = 0; i < 20000; ++i) {
+        auto h = sched.submit([] {}, {.priority = ax::Priority::high});
+        if (h)
+            warm.push_back(std::move(*h));
+        else
+            std::this_thread::sleep_for(h.error().retry_after);
+    }
+    for (auto& h : warm)
+        REQUIRE(h.wait_for(20s));
+    REQUIRE(eventually([&] {
+        const auto avg = sched.metrics().average_duration;
+        return avg > 0ns && avg < 20us;
+    }));
+    Gate gate;
+    auto target = std::make_shared<std::optional<ax::TaskHandle<int>>>();
+    REQUIRE(sched.post([&gate] { gate.wait(); }));
+    auto waiter = sched.submit([target] { return (*target)->get() + 1; });
+    auto awaited = sched.submit([] { return 1; });
+    REQUIRE((waiter && awaited));
+    target->emplace(std::move(*awaited));
+    for (int i = 0; i < 6; ++i)
+        REQUIRE(sched.post([] {}));
+    gate.open();
+    REQUIRE(waiter->wait_for(30s));
+    CHECK(waiter->get() == 2);
 }

@@ -905,13 +905,17 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
         retire(j, nullptr);
     }
 
-    /// Runs one subtask from the lane on this worker, nested in a helping wait. False if the
-    /// lane was empty.
+    /// Runs one task nested in a helping wait on this worker: first one this worker reserved
+    /// before the waiting task started (nobody else will run those, and the awaited task may be
+    /// among them), else a subtask from the lane. False if there was neither.
     bool run_subtask(Worker& w) {
-        if (subtask_lane_count_.load(std::memory_order_acquire) == 0)
-            return false;
+        WorkerLocal& local = w.local;
         std::uint32_t i = none;
-        {
+        if (local.next < local.reserved) {
+            i = local.batch[local.next++];
+        } else {
+            if (subtask_lane_count_.load(std::memory_order_acquire) == 0)
+                return false;
             Links links{slab_.get()};
             std::lock_guard lock(dispatch_mutex_);
             if (subtasks_.empty())
