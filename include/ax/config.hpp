@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace ax {
 
@@ -160,6 +161,23 @@ struct Config {
                  std::to_string(weight_high) + "/" + std::to_string(weight_normal) + "/" +
                      std::to_string(weight_low),
                  "each must be at most 1000");
+        // Durations are added to clock readings (deadlines, condition variable waits): beyond a
+        // day they are surely a mistake, and near Duration::max() they would overflow.
+        const Duration day = std::chrono::hours(24);
+        const std::pair<const char*, Duration> bounded[] = {
+            {"max_wait", max_wait},
+            {"dispatch_interval", dispatch_interval},
+            {"watchdog_interval", watchdog_interval},
+            {"controller_interval", controller_interval},
+            {"drain_time", drain_time},
+            {"retry_base_delay", retry_base_delay},
+            {"retry_jitter", retry_jitter},
+            {"timeout_grace", timeout_grace},
+            {"shutdown_grace", shutdown_grace},
+        };
+        for (const auto& [field, value] : bounded)
+            if (value > day)
+                fail(field, ms(value), "must be at most 24 h");
         if (max_wait <= Duration::zero())
             fail("max_wait", ms(max_wait), "must be positive");
         if (dispatch_interval <= Duration::zero())

@@ -497,6 +497,9 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
     // ---- shutdown -----------------------------------------------------------------------------
 
     bool shutdown(ShutdownMode mode, std::optional<std::chrono::nanoseconds> timeout) {
+        // A deadline past a year is "no deadline" (and now() + nanoseconds::max() overflows).
+        const bool bounded = timeout.has_value() && *timeout <= std::chrono::hours(24 * 365);
+        const std::chrono::nanoseconds limit = bounded ? *timeout : std::chrono::nanoseconds(0);
         accepting_.store(false, std::memory_order_seq_cst);
         queue_.close();
         if (mode == ShutdownMode::cancel) {
@@ -509,8 +512,8 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
         {
             std::unique_lock lock(drain_mutex_);
             auto drained = [&] { return drained_; };
-            if (timeout) {
-                if (!drain_cv_.wait_for(lock, *timeout, drained))
+            if (bounded) {
+                if (!drain_cv_.wait_for(lock, limit, drained))
                     return false;
             } else {
                 drain_cv_.wait(lock, drained);
@@ -577,6 +580,10 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
                 // and waking a second one would only crowd the producer's core.
                 if (!tasks_are_tiny() && has_work())
                     pool_.notify_work();
+                // A task with a timeout may get stuck and its thread orphaned: tasks reserved
+                // behind it must not wait for it.
+                if (slab_->at(index).timeout_ms != 0)
+                    give_back_reserved(local);
                 execute(index, w, now);
                 return true;
             }
@@ -588,7 +595,10 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
         current_worker_slot = &w;
     }
 
+    bool holds_reserved(Worker& w) const noexcept { return w.local.next < w.local.reserved; }
+
     void on_worker_exit(Worker& w) {
+        give_back_reserved(w.local);
         flush_history(w.local.finished);
         current_host = nullptr;
         current_worker_slot = nullptr;
@@ -812,6 +822,36 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
         }
         pool_.notify_work();
         return std::nullopt;
+    }
+
+    /// Returns tasks a worker reserved but will not run now to the front of their lanes (still
+    /// `queued` all along), with the group slots they held.
+    void give_back_reserved(WorkerLocal& local) {
+        if (local.next >= local.reserved) {
+            local.next = local.reserved = 0;
+            return;
+        }
+        Links links{slab_.get()};
+        std::uint32_t moved = 0;
+        {
+            std::lock_guard lock(dispatch_mutex_);
+            // Back to front, so they keep their order at the head of their lanes.
+            for (std::size_t k = local.reserved; k-- > local.next;) {
+                const std::uint32_t i = local.batch[k];
+                TaskRecord& r = slab_->at(i);
+                if (r.group != 0) {
+                    --groups_[r.group].active;
+                    unpark_locked(groups_[r.group]);
+                }
+                lanes_.push_front(links, i, r.priority);
+                ++moved;
+            }
+            lanes_count_.store(static_cast<std::uint32_t>(lanes_.size()),
+                               std::memory_order_seq_cst);
+        }
+        local.next = local.reserved = 0;
+        if (moved != 0)
+            pool_.notify_all();
     }
 
     /// Queues a subtask in the subtask lane (first attempt or retry).
@@ -1136,6 +1176,8 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
             return;
         }
         w.counters.add_attempt(error == nullptr, end - start);
+        if (a.destructor_error)
+            note_destructor_error(r, a.destructor_error);
 
         auto s = r.state.load(std::memory_order_acquire);
         if (r.group != 0 && (s & cancel_requested_bit) == 0)
@@ -1153,6 +1195,20 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
             return;
         }
         conclude_failure(r, index, id, attempt, s, std::move(error), start, end, &w.local);
+    }
+
+    /// The callable's destructor threw after a successful run: the task still succeeded; the
+    /// exception is kept as its last error so query() says what happened.
+    static void note_destructor_error(TaskRecord& r, const std::exception_ptr& e) {
+        ErrorText text = describe_exception(e);
+        r.lock_extras();
+        try {
+            TaskExtras& x = r.ensure_extras();
+            x.last_error = "exception from the task's destructor, contained: " + text.message;
+            x.last_error_type = std::move(text.type);
+        } catch (...) {
+        }
+        r.unlock_extras();
     }
 
     /// Ends a failed attempt: hooks, the failure record, then a retry, the dead-letter list, or
@@ -1175,9 +1231,15 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
         const bool permanent = text.permanent;
         r.record_failure(
             AttemptFailure{attempt, std::move(text.type), std::move(text.message), start, end});
-        const bool can_retry = !permanent && attempt <= r.max_retries &&
-                               r.content == Content::callable &&
-                               !discard_.load(std::memory_order_relaxed);
+        const bool retryable = !permanent && attempt <= r.max_retries &&
+                               r.content == Content::callable;
+        // shutdown(cancel) stops retries: a task that would have retried is cancelled, not
+        // dead-lettered (its stop request may simply not have reached it yet).
+        const bool can_retry = retryable && !discard_.load(std::memory_order_acquire);
+        if (retryable && !can_retry) {
+            finish(r, index, s, TaskState::cancelled, end, local);
+            return;
+        }
         if (can_retry && (s & cancel_requested_bit) == 0) {
             const auto delay =
                 retry_delay(cfg_.retry_base_delay, cfg_.retry_jitter, attempt + 1u, jitter_());
@@ -1189,19 +1251,33 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
                 e.retry_delay = delay;
                 call_hook(hooks_.on_retry, e);
             }
-            // The timed-out flag belonged to this attempt; the next one starts clean.
-            if (r.state.compare_exchange_strong(
-                    s, (s & sticky_bits) | static_cast<std::uint32_t>(TaskState::waiting_retry),
-                    std::memory_order_acq_rel)) {
-                waiting_retry_.fetch_add(1, std::memory_order_acq_rel);
-                retries_.fetch_add(1, std::memory_order_relaxed);
-                release_group(r);
-                timers_.add(due, index);
-                return;
+            // The timed-out flag belonged to this attempt; the next one starts clean. The CAS
+            // fails when a waiter set has_waiter_bit (try again) or a cancel slipped in (fall
+            // through to the cancelled ending).
+            while ((s & cancel_requested_bit) == 0) {
+                if (r.state.compare_exchange_weak(
+                        s,
+                        (s & sticky_bits) | static_cast<std::uint32_t>(TaskState::waiting_retry),
+                        std::memory_order_acq_rel)) {
+                    waiting_retry_.fetch_add(1, std::memory_order_acq_rel);
+                    retries_.fetch_add(1, std::memory_order_relaxed);
+                    release_group(r);
+                    timers_.add(due, index);
+                    return;
+                }
             }
-            // cancel() slipped in: fall through to the cancelled ending.
         }
         r.set_final_error(std::move(error));
+        // Commit to the dead-letter ending unless a cancel came first: from here cancel()
+        // answers false (the task is as good as finished), so the hook below and the list never
+        // see a task that then ends cancelled.
+        while ((s & cancel_requested_bit) == 0 &&
+               !r.state.compare_exchange_weak(s, s | ending_bit, std::memory_order_acq_rel)) {
+        }
+        if ((s & cancel_requested_bit) != 0) {
+            finish(r, index, s, TaskState::cancelled, end, local);
+            return;
+        }
         // The hook runs while this thread still owns the record and before the task is visibly
         // dead, so a user persisting dead letters sees every one, even those the bounded list
         // evicts at once.
@@ -1221,11 +1297,7 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
         r.refs.fetch_add(1, std::memory_order_relaxed);
         if (const auto evicted = dead_letters_.add(id))
             slab_->release(evicted->index());
-        if (!finish(r, index, s, TaskState::dead_lettered, end, local)) {
-            // cancel() slipped in: cancelled, not a dead letter.
-            if (dead_letters_.remove(id))
-                slab_->release(index);
-        }
+        finish(r, index, s, TaskState::dead_lettered, end, local);
     }
 
     /// An event built by a thread that does not own the record (the tick, shutdown): the name is
@@ -1341,6 +1413,8 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
             } else if (st == TaskState::running) {
                 if ((s & cancel_requested_bit) != 0)
                     return true;
+                if ((s & ending_bit) != 0)
+                    return false; // already committed to its dead-letter ending
                 if (r.state.compare_exchange_weak(s, s | cancel_requested_bit,
                                                   std::memory_order_acq_rel)) {
                     r.request_stop();
@@ -1490,9 +1564,13 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
         } else if (const auto t = saturation_target(in, cfg_); t != in.current_target) {
             pool_.set_target(t);
         }
+        // Queued work with no worker at all (min_workers = 0) cannot wait for a controller round.
+        if (pool_.target() == 0 && (qlen > 0 || has_work()))
+            pool_.set_target(1);
         pool_.reap();
-        if (accepting_.load(std::memory_order_acquire))
-            pool_.grow(qlen);
+        // Also while draining: queued work still needs its workers.
+        pool_.grow(std::max<std::uint32_t>(
+            qlen + children_queued_.load(std::memory_order_acquire), has_work() ? 1 : 0));
         if (++ticks_ % watchdog_ticks_ == 0)
             watchdog(now);
         tick_breakers(now);

@@ -152,6 +152,8 @@ inline constexpr std::uint32_t timed_out_bit = 1u << 10;
 inline constexpr std::uint32_t stop_bits = cancel_requested_bit | timed_out_bit;
 /// Some when_all join waits for this task's end (its entry is in the scheduler's join table).
 inline constexpr std::uint32_t has_dependents_bit = 1u << 11;
+/// The running attempt's worker committed to the dead-letter ending: cancel() is too late.
+inline constexpr std::uint32_t ending_bit = 1u << 12;
 /// Bits that survive every non-terminal state change.
 inline constexpr std::uint32_t sticky_bits = has_waiter_bit | has_dependents_bit;
 
@@ -591,6 +593,9 @@ struct Attempt {
     std::uint64_t saved = no_attempt;
     /// Set by the manager: the watchdog took the attempt over; the outcome is discarded.
     bool abandoned = false;
+    /// Set by the manager: the callable's destructor threw after a successful run (contained;
+    /// the task still succeeded).
+    std::exception_ptr destructor_error;
 
     void publish() noexcept { saved = claim->exchange(token, std::memory_order_acq_rel); }
     /// Claims the ending for the worker; false if the watchdog already took it.
@@ -747,6 +752,26 @@ template <class T, bool Inline = fits_inline<T>> void storage_destroy(TaskRecord
     }
 }
 
+/// storage_destroy that hands a destructor's exception back instead of only counting it.
+template <class T, bool Inline = fits_inline<T>>
+std::exception_ptr storage_destroy_reporting(TaskRecord& r) noexcept {
+    if constexpr (std::is_nothrow_destructible_v<T>) {
+        storage_destroy<T, Inline>(r);
+        return nullptr;
+    } else {
+        try {
+            if constexpr (Inline)
+                storage_as<T, Inline>(r)->~T();
+            else
+                delete storage_as<T, Inline>(r);
+        } catch (...) {
+            destructor_exceptions().fetch_add(1, std::memory_order_relaxed);
+            return std::current_exception();
+        }
+        return nullptr;
+    }
+}
+
 template <class T> void delete_contained(T* p) noexcept {
     if constexpr (std::is_nothrow_destructible_v<T>) {
         delete p;
@@ -847,7 +872,7 @@ std::exception_ptr manage(ManagerOp op, TaskRecord& r, void* context) {
                 return abandon();
             if (timed_out())
                 return std::make_exception_ptr(TaskTimedOut(r.timeout_ms));
-            storage_destroy<F, Inline>(r);
+            a.destructor_error = storage_destroy_reporting<F, Inline>(r);
             r.content = Content::none;
         } else {
             R value = call();
@@ -855,7 +880,7 @@ std::exception_ptr manage(ManagerOp op, TaskRecord& r, void* context) {
                 return abandon();
             if (timed_out())
                 return std::make_exception_ptr(TaskTimedOut(r.timeout_ms));
-            storage_destroy<F, Inline>(r);
+            a.destructor_error = storage_destroy_reporting<F, Inline>(r);
             r.content = Content::none;
             storage_emplace<R>(r, std::move(value));
             r.content = Content::value;

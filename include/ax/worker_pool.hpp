@@ -36,7 +36,10 @@ inline void cpu_relax() noexcept {
 /// Host is the scheduler core; it provides
 ///   bool run_one(Worker&)   -- dispatch and run one task; false when there was none
 ///   bool has_work()         -- cheap hint that run_one would find something
-///   void on_worker_start(Worker&), on_worker_exit(Worker&)
+///   bool holds_reserved(Worker&) -- the worker still has tasks reserved for it (it must not
+///                                  retire then; they would never run)
+///   void on_worker_start(Worker&), on_worker_exit(Worker&) -- the latter gives back reserved
+///                                  tasks left by a worker leaving for shutdown or as an orphan
 ///
 /// A worker stuck in a timed-out body can be orphaned (try_orphan): it stops counting against
 /// max_workers, so the pool may start a replacement, and it leaves once its body returns.
@@ -385,7 +388,7 @@ template <class Host> class WorkerPool {
         host_.on_worker_start(w);
         bool retired = false;
         while (!stopping_.load(std::memory_order_acquire)) {
-            if (try_retire()) {
+            if (!host_.holds_reserved(w) && try_retire()) {
                 retired = true;
                 break;
             }
