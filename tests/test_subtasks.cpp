@@ -6,8 +6,8 @@
 #include <atomic>
 #include <ax/scheduler.hpp>
 #include <catch2/catch.hpp>
-#include <mutex>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <optional>
 #include <stdexcept>

@@ -1231,8 +1231,8 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
         const bool permanent = text.permanent;
         r.record_failure(
             AttemptFailure{attempt, std::move(text.type), std::move(text.message), start, end});
-        const bool retryable = !permanent && attempt <= r.max_retries &&
-                               r.content == Content::callable;
+        const bool retryable =
+            !permanent && attempt <= r.max_retries && r.content == Content::callable;
         // shutdown(cancel) stops retries: a task that would have retried is cancelled, not
         // dead-lettered (its stop request may simply not have reached it yet).
         const bool can_retry = retryable && !discard_.load(std::memory_order_acquire);
@@ -1256,8 +1256,7 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
             // through to the cancelled ending).
             while ((s & cancel_requested_bit) == 0) {
                 if (r.state.compare_exchange_weak(
-                        s,
-                        (s & sticky_bits) | static_cast<std::uint32_t>(TaskState::waiting_retry),
+                        s, (s & sticky_bits) | static_cast<std::uint32_t>(TaskState::waiting_retry),
                         std::memory_order_acq_rel)) {
                     waiting_retry_.fetch_add(1, std::memory_order_acq_rel);
                     retries_.fetch_add(1, std::memory_order_relaxed);
@@ -1569,8 +1568,8 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
             pool_.set_target(1);
         pool_.reap();
         // Also while draining: queued work still needs its workers.
-        pool_.grow(std::max<std::uint32_t>(
-            qlen + children_queued_.load(std::memory_order_acquire), has_work() ? 1 : 0));
+        pool_.grow(std::max<std::uint32_t>(qlen + children_queued_.load(std::memory_order_acquire),
+                                           has_work() ? 1 : 0));
         if (++ticks_ % watchdog_ticks_ == 0)
             watchdog(now);
         tick_breakers(now);
