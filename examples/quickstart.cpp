@@ -2,6 +2,7 @@
 #include <ax/scheduler.hpp>
 #include <cstdio>
 #include <thread>
+#include <vector>
 
 int main() {
     ax::Config cfg;           // the design card's defaults...
@@ -37,9 +38,28 @@ int main() {
     if (later)
         sched.cancel(*later);
 
+    // Subtasks: a parent may block on its children without deadlocking the pool (its worker
+    // runs pending subtasks while it waits), or join them without blocking (when_all).
+    auto total = sched.submit([](ax::TaskContext& ctx) {
+        std::vector<ax::TaskHandle<int>> parts;
+        for (int i = 1; i <= 3; ++i)
+            if (auto part = ctx.submit([i] { return i * i; }))
+                parts.push_back(std::move(*part));
+        int sum = 0;
+        for (auto& part : parts)
+            sum += part.get();
+        return sum; // 1 + 4 + 9
+    });
+    std::vector<ax::TaskHandle<int>> both;
+    both.push_back(std::move(*total));
+    auto report = sched.when_all(std::move(both), [](std::vector<ax::TaskHandle<int>>& done) {
+        return done[0].get() == 14; // runs once the parent ended; get() does not block
+    });
+    const bool joined = report && report->get();
+
     const ax::MetricsSnapshot m = sched.metrics();
     std::printf("workers %u (target %u), queued %u, succeeded %llu\n", m.workers.current,
                 m.workers.target, m.queue_length_total,
                 static_cast<unsigned long long>(m.totals.succeeded));
-    return value == 42 ? 0 : 1;
+    return value == 42 && joined ? 0 : 1;
 } // ~Scheduler drains: queued work finishes, workers are joined

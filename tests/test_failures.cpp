@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace std::chrono_literals;
@@ -275,4 +276,47 @@ TEST_CASE("a replay refused by backpressure stays in the list", "[failures][dead
         f.get();
     auto ok = sched.replay_dead_letter(id);
     REQUIRE(ok);
+}
+
+TEST_CASE("retry delays follow base x 2^(n-1) + jitter on the scheduler's clock",
+          "[failures][retry]") {
+    using Sched = ax::Scheduler<ax::ManualClock>;
+    ax::Config cfg;
+    cfg.min_workers = 1;
+    cfg.max_workers = 1;
+    cfg.retry_base_delay = 200ms;
+    cfg.retry_jitter = 50ms;
+    cfg.retry_max = 3;
+    Sched sched{cfg};
+    std::atomic<int> attempts{0};
+    auto h = sched.submit([&attempts]() -> int {
+        ++attempts;
+        throw std::runtime_error("dependency down");
+    });
+    REQUIRE(h);
+    const auto id = h->id();
+    for (std::uint32_t n = 1; n <= 3; ++n) {
+        INFO("after attempt " << n);
+        REQUIRE(eventually([&] {
+            auto q = sched.query(id);
+            return q && q->state == ax::TaskState::waiting_retry && q->attempts == n;
+        }));
+        const auto q = sched.query(id);
+        REQUIRE(q);
+        // Manual time stands still while the attempt runs, so start = end of the attempt.
+        const auto delay = q->retry_due - q->started;
+        const auto base = std::chrono::milliseconds(200 << (n - 1));
+        CHECK(delay >= base);
+        CHECK(delay <= base + 50ms);
+        // Not a moment early: just before the due time the task still waits, holding no thread.
+        ax::ManualClock::advance(delay - 1ms);
+        std::this_thread::sleep_for(50ms);
+        CHECK(sched.query(id)->state == ax::TaskState::waiting_retry);
+        CHECK(sched.metrics().workers.busy == 0);
+        ax::ManualClock::advance(1ms);
+    }
+    REQUIRE(h->wait_for(20s));
+    CHECK_THROWS_AS(h->get(), std::runtime_error);
+    CHECK(attempts == 4);
+    CHECK(sched.query(id)->state == ax::TaskState::dead_lettered);
 }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace ax {
 
@@ -93,6 +94,24 @@ struct Config {
     /// retries). Overridable per task.
     std::uint32_t retry_max = 3;
 
+    /// How long a timed-out body gets to honour its stop token (default 100 ms) before its thread
+    /// is orphaned: set aside so it no longer counts against max_workers, and, when the callable
+    /// is copyable and const-callable, the attempt is ended as timed out and retried on a copy
+    /// while the stuck body runs on. Shorter frees capacity sooner; longer spares threads for
+    /// bodies that stop a little late.
+    Duration timeout_grace = std::chrono::milliseconds(100);
+
+    /// Orphaned threads allowed at once (default 64; 0 never orphans, so a stuck body keeps its
+    /// worker until it returns). Each is a thread and its stack held by a body that ignores its
+    /// stop token; past the cap such bodies keep their workers, counted in
+    /// totals.orphans_refused.
+    std::uint32_t max_orphans = 64;
+
+    /// Subtasks (TaskContext::submit) that may wait in the subtask lane (default 4096). They do
+    /// not count against queue_capacity: a running parent's children are part of work already
+    /// admitted. Past it a subtask submit answers queue_full.
+    std::uint32_t subtask_capacity = 4096;
+
     /// How long ~Scheduler waits for queued work to drain (default 30 s) before cancelling it,
     /// and then for running bodies to honour their stop token before abandoning them (reported
     /// via Hooks::on_orphan). The destructor therefore never blocks much longer than twice this.
@@ -142,6 +161,23 @@ struct Config {
                  std::to_string(weight_high) + "/" + std::to_string(weight_normal) + "/" +
                      std::to_string(weight_low),
                  "each must be at most 1000");
+        // Durations are added to clock readings (deadlines, condition variable waits): beyond a
+        // day they are surely a mistake, and near Duration::max() they would overflow.
+        const Duration day = std::chrono::hours(24);
+        const std::pair<const char*, Duration> bounded[] = {
+            {"max_wait", max_wait},
+            {"dispatch_interval", dispatch_interval},
+            {"watchdog_interval", watchdog_interval},
+            {"controller_interval", controller_interval},
+            {"drain_time", drain_time},
+            {"retry_base_delay", retry_base_delay},
+            {"retry_jitter", retry_jitter},
+            {"timeout_grace", timeout_grace},
+            {"shutdown_grace", shutdown_grace},
+        };
+        for (const auto& [field, value] : bounded)
+            if (value > day)
+                fail(field, ms(value), "must be at most 24 h");
         if (max_wait <= Duration::zero())
             fail("max_wait", ms(max_wait), "must be positive");
         if (dispatch_interval <= Duration::zero())
@@ -167,6 +203,14 @@ struct Config {
             fail("retry_jitter", ms(retry_jitter), "must not be negative");
         if (retry_max > 100)
             fail("retry_max", std::to_string(retry_max), "must be at most 100");
+        if (timeout_grace < Duration::zero())
+            fail("timeout_grace", ms(timeout_grace), "must not be negative");
+        if (max_orphans > 65536)
+            fail("max_orphans", std::to_string(max_orphans), "must be at most 65536");
+        if (subtask_capacity == 0)
+            fail("subtask_capacity", "0", "must be at least 1");
+        if (subtask_capacity > (1u << 24))
+            fail("subtask_capacity", std::to_string(subtask_capacity), "must be at most 16777216");
         if (shutdown_grace <= Duration::zero())
             fail("shutdown_grace", ms(shutdown_grace), "must be positive");
         if (dead_letter_capacity > (1u << 20))

@@ -46,6 +46,9 @@ inline std::uint32_t little_law_target(const ControllerInput& in, const Config& 
     double raw = std::max(0.0, in.incoming_rate) * std::max(0.0, in.avg_duration_s);
     if (in.queue_length > 0 && drain_s > 0.0)
         raw += static_cast<double>(in.queue_length) / drain_s;
+    // Queued work needs at least one worker, whatever the rounding says (min_workers may be 0).
+    if (in.queue_length > 0)
+        raw = std::max(raw, 1.0);
     const double lo = cfg.min_workers;
     const double hi = cfg.max_workers;
     const double clamped = std::clamp(std::floor(raw + 0.5), lo, hi);

@@ -46,6 +46,11 @@ struct WorkerStats {
     std::uint32_t idle = 0;    ///< current - busy.
     std::uint32_t peak = 0;    ///< Highest `current` since start.
     std::uint64_t created = 0; ///< Threads created since start.
+    /// Threads stuck in a timed-out body that ignores its stop token, set aside so they no
+    /// longer count against max_workers (capped by Config::max_orphans); each leaves when its
+    /// body returns.
+    std::uint32_t orphans = 0;
+    std::uint64_t orphaned = 0; ///< Threads set aside since start.
 };
 
 /// State of a group's circuit breaker.
@@ -100,6 +105,15 @@ struct MetricsTotals {
     std::uint64_t hook_failures = 0;        ///< Hooks that threw (contained).
     std::uint64_t dead_letters_evicted = 0; ///< Dead letters dropped by the bounded list.
     std::uint64_t starvation_picks = 0;     ///< Dispatches forced by max_wait.
+    /// Timed-out attempts ended by the watchdog while their body still ran (the retry went on
+    /// with a copy of the callable; the stuck body's eventual result is discarded).
+    std::uint64_t takeovers = 0;
+    /// Timed-out bodies left holding their worker because Config::max_orphans were stuck.
+    std::uint64_t orphans_refused = 0;
+    /// Subtasks admitted through TaskContext::submit / when_all (included in `submitted`).
+    std::uint64_t subtasks = 0;
+    /// Exceptions thrown by task callables' destructors, contained (process-wide count).
+    std::uint64_t destructor_exceptions = 0;
 };
 
 /// A consistent-enough picture of the scheduler for dashboards and tests.
@@ -110,6 +124,10 @@ struct MetricsSnapshot {
     std::uint32_t queue_capacity = 0;
     /// Tasks waiting for a retry.
     std::uint32_t waiting_retry = 0;
+    /// Subtasks waiting in the subtask lane (not part of queue_length / queue_capacity).
+    std::uint32_t subtasks_queued = 0;
+    /// when_all joins waiting for the tasks they depend on.
+    std::uint32_t pending_joins = 0;
     /// Entries in the dead-letter list.
     std::uint32_t dead_letters = 0;
     WorkerStats workers;

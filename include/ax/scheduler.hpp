@@ -33,6 +33,7 @@
 #include <thread>
 #include <type_traits>
 #include <typeinfo>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -95,11 +96,14 @@ inline ErrorText describe_exception(const std::exception_ptr& e) {
 /// Which scheduler, if any, the current thread is a worker of (shutdown from inside a task must
 /// not join its own thread).
 inline thread_local const void* current_worker_owner = nullptr;
+/// The pool Worker the current thread is (for a helping wait to run subtasks on).
+inline thread_local void* current_worker_slot = nullptr;
 
 /// The scheduler's shared state. Scheduler owns it through a shared_ptr; see docs/design.md for
 /// who calls what, and under which lock.
 template <class Clock, class Controller>
-class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, Controller>> {
+class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Clock, Controller>>,
+                            public TaskHost {
   public:
     static constexpr std::uint32_t none = UINT32_MAX;
     static constexpr std::size_t history_batch = 32;
@@ -122,6 +126,12 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
     };
     using Pool = WorkerPool<SchedulerCore>;
     using Worker = typename Pool::Worker;
+    /// A running attempt the watchdog looks at: the task, its worker, the claim token.
+    struct Overdue {
+        TaskId id;
+        Worker* worker;
+        std::uint64_t token;
+    };
 
     static std::int64_t now_ns() noexcept {
         return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
@@ -139,7 +149,7 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
                  std::chrono::duration_cast<std::chrono::nanoseconds>(cfg.max_wait).count()),
           window_(cfg.window_slots()), controller_(cfg), hooks_(std::move(hooks)),
           dead_letters_(cfg.dead_letter_capacity), jitter_(std::random_device{}()),
-          pool_(*this, cfg.min_workers, cfg.max_workers) {
+          pool_(*this, cfg.min_workers, cfg.max_workers, cfg.max_orphans) {
         batch_.reserve(cfg.queue_capacity);
         history_.assign(cfg.history_capacity, 0);
         const auto t0 = now_ns();
@@ -150,7 +160,18 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
     SchedulerCore(const SchedulerCore&) = delete;
     SchedulerCore& operator=(const SchedulerCore&) = delete;
 
-    ~SchedulerCore() { stop_threads(); }
+    ~SchedulerCore() {
+        stop_threads();
+        // Give back what history and the dead-letter list hold, so callables are destroyed now:
+        // one that captured a TaskHandle (a join's) would otherwise keep the slab alive forever.
+        for (const TaskId id : dead_letters_.ids())
+            if (dead_letters_.remove(id))
+                slab_->release(id.index());
+        std::lock_guard lock(history_mutex_);
+        for (std::size_t k = 0; k < history_size_; ++k)
+            slab_->release(history_[(history_head_ + k) % history_.size()]);
+        history_size_ = 0;
+    }
 
     void start() {
         pool_.set_keepalive(this->weak_from_this());
@@ -165,6 +186,48 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
         if (auto err = admit_new<F>(std::forward<F>(f), o, id, /*with_handle=*/true))
             return std::move(*err);
         return TaskHandle<R>(slab_, &slab_->at(id.index()), id);
+    }
+
+    template <class R, class F>
+    auto when_all(std::vector<TaskHandle<R>> handles, F&& f, const SubmitOptions& o) {
+        return submit_join(*this, /*child=*/false, std::move(handles), std::forward<F>(f), o);
+    }
+
+    // ---- TaskHost (task contexts and helping waits) ---------------------------------------------
+
+    std::optional<SubmitError> admit_erased(const SubmitOptions& o, TaskId& id, bool with_handle,
+                                            bool child, const TaskId* deps, std::size_t ndeps,
+                                            Placer place) override {
+        return admit(
+            o, id, with_handle, place, [](TaskRecord&) {}, child, deps, ndeps);
+    }
+
+    const std::shared_ptr<TaskSlab>& task_slab() noexcept override { return slab_; }
+
+    bool help_wait(TaskRecord& r, std::uint32_t index,
+                   const std::chrono::steady_clock::time_point* deadline) override {
+        auto* w = static_cast<Worker*>(current_worker_slot);
+        auto backoff = std::chrono::microseconds(50);
+        for (;;) {
+            if (is_terminal(r.load_state()))
+                return true;
+            if (deadline != nullptr && std::chrono::steady_clock::now() >= *deadline)
+                return false;
+            if (w != nullptr && run_subtask(*w)) {
+                backoff = std::chrono::microseconds(50);
+                continue;
+            }
+            // Nothing to help with: the awaited task runs elsewhere or waits for a retry. Block
+            // briefly, then look again, since a subtask may enter the lane (a child's retry) with
+            // no other worker free to take it.
+            auto until = std::chrono::steady_clock::now() + backoff;
+            if (deadline != nullptr && *deadline < until)
+                until = *deadline;
+            if (slab_->wait_terminal(r, index, &until))
+                return true;
+            backoff =
+                std::min<std::chrono::microseconds>(backoff * 2, std::chrono::microseconds(2000));
+        }
     }
 
     template <class F> Expected<TaskId> post(F&& f, const SubmitOptions& o) {
@@ -227,7 +290,13 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
         m.waiting_retry = waiting_retry_.load(std::memory_order_acquire);
         m.workers = pool_.stats();
         const auto qc = queue_.counters();
-        m.totals.submitted = qc.incoming;
+        m.totals.submitted = qc.incoming + admitted_other_.load(std::memory_order_relaxed);
+        m.totals.subtasks = subtasks_total_.load(std::memory_order_relaxed);
+        m.totals.takeovers = takeovers_.load(std::memory_order_relaxed);
+        m.totals.orphans_refused = orphans_refused_.load(std::memory_order_relaxed);
+        m.totals.destructor_exceptions = destructor_exceptions().load(std::memory_order_relaxed);
+        m.subtasks_queued = children_queued_.load(std::memory_order_acquire);
+        m.pending_joins = pending_joins_.load(std::memory_order_acquire);
         m.totals.rejected = qc.rejected;
         m.totals.refused_other = refused_other_.load(std::memory_order_relaxed);
         std::int64_t busy_ns = 0;
@@ -326,7 +395,7 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
         try {
             err = admit(
                 o, fresh, /*with_handle=*/false,
-                [&](TaskRecord& r) {
+                [&](TaskRecord& r, bool) {
                     if (old.content != Content::callable)
                         throw std::logic_error("ax: dead letter has no callable to replay");
                     if (auto e = old.manager(ManagerOp::relocate, old, &r))
@@ -428,6 +497,9 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
     // ---- shutdown -----------------------------------------------------------------------------
 
     bool shutdown(ShutdownMode mode, std::optional<std::chrono::nanoseconds> timeout) {
+        // A deadline past a year is "no deadline" (and now() + nanoseconds::max() overflows).
+        const bool bounded = timeout.has_value() && *timeout <= std::chrono::hours(24 * 365);
+        const std::chrono::nanoseconds limit = bounded ? *timeout : std::chrono::nanoseconds(0);
         accepting_.store(false, std::memory_order_seq_cst);
         queue_.close();
         if (mode == ShutdownMode::cancel) {
@@ -440,8 +512,8 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
         {
             std::unique_lock lock(drain_mutex_);
             auto drained = [&] { return drained_; };
-            if (timeout) {
-                if (!drain_cv_.wait_for(lock, *timeout, drained))
+            if (bounded) {
+                if (!drain_cv_.wait_for(lock, limit, drained))
                     return false;
             } else {
                 drain_cv_.wait(lock, drained);
@@ -457,7 +529,7 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
         if (!stop_ticker())
             return;
         pool_.abandon_busy([&](Worker& w) {
-            const auto i = w.current.load(std::memory_order_acquire);
+            const auto i = static_cast<std::uint32_t>(w.current.load(std::memory_order_acquire));
             TaskRecord& r = slab_->at(i);
             std::string name;
             TaskEvent e = foreign_event(
@@ -479,7 +551,8 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
     /// Whether a dispatch would find something: tasks in the lanes or in the standby buffer.
     /// Tasks a worker has already reserved do not count; that worker is awake and will run them.
     [[nodiscard]] bool has_work() const noexcept {
-        return lanes_count_.load(std::memory_order_seq_cst) > 0 || queue_.has_standby();
+        return lanes_count_.load(std::memory_order_seq_cst) > 0 ||
+               subtask_lane_count_.load(std::memory_order_seq_cst) > 0 || queue_.has_standby();
     }
 
     bool run_one(Worker& w) {
@@ -507,13 +580,29 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
                 // and waking a second one would only crowd the producer's core.
                 if (!tasks_are_tiny() && has_work())
                     pool_.notify_work();
+                // A task with a timeout may get stuck and its thread orphaned: tasks reserved
+                // behind it must not wait for it.
+                if (slab_->at(index).timeout_ms != 0)
+                    give_back_reserved(local);
                 execute(index, w, now);
                 return true;
             }
         }
     }
 
-    void on_worker_exit(Worker& w) { flush_history(w.local.finished); }
+    void on_worker_start(Worker& w) {
+        current_host = this;
+        current_worker_slot = &w;
+    }
+
+    bool holds_reserved(Worker& w) const noexcept { return w.local.next < w.local.reserved; }
+
+    void on_worker_exit(Worker& w) {
+        give_back_reserved(w.local);
+        flush_history(w.local.finished);
+        current_host = nullptr;
+        current_worker_slot = nullptr;
+    }
 
   private:
     static std::uint32_t soft_limit(const Config& cfg) {
@@ -559,7 +648,7 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
         }
     };
 
-    std::optional<SubmitError> validate(const SubmitOptions& o) const {
+    std::optional<SubmitError> validate(const SubmitOptions& o, bool child) const {
         auto bad = [&](std::string why) {
             refused_other_.fetch_add(1, std::memory_order_relaxed);
             SubmitError e{
@@ -576,6 +665,9 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
         if (o.max_retries < -1 || o.max_retries > 100)
             return bad("max_retries = " + std::to_string(o.max_retries) +
                        " must be -1 (default) or 0..100");
+        if (child && o.group.value != 0)
+            return bad("group: subtasks take no group (a parent holding its group's slot while "
+                       "waiting for children of that group could never finish)");
         if (o.group.value != 0) {
             std::lock_guard lock(groups_mutex_);
             if (o.group.value > group_names_.size())
@@ -617,33 +709,51 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
         using Fn = std::decay_t<F>;
         return admit(
             o, id, with_handle,
-            [&](TaskRecord& r) {
-                storage_emplace<Fn>(r, std::forward<F>(f));
-                r.manager = &manage<Fn>;
-                r.content = Content::callable;
+            [&](TaskRecord& r, bool detachable) {
+                place_callable<Fn>(r, std::forward<F>(f), detachable);
             },
             [](TaskRecord&) {});
     }
 
     /// The one admission path: checks, takes a slot, lets `place` put the callable in it
-    /// (constructing it, or relocating it for a replay), and pushes it into the queue. On a
-    /// refusal after placing, `unplace` gets the callable back out before the slot is freed.
+    /// (constructing it, or relocating it for a replay), and queues it: a subtask (`child`) into
+    /// the subtask lane, a join with `deps` into the join table until they end, anything else
+    /// into the queue. On a refusal after placing, `unplace` gets the callable back out before
+    /// the slot is freed.
     template <class Place, class Unplace>
     std::optional<SubmitError> admit(const SubmitOptions& o, TaskId& id, bool with_handle,
-                                     Place&& place, Unplace&& unplace) {
-        if (!accepting_.load(std::memory_order_acquire)) {
+                                     Place&& place, Unplace&& unplace, bool child = false,
+                                     const TaskId* deps = nullptr, std::size_t ndeps = 0) {
+        // A running parent's children are part of work already admitted: they are accepted
+        // while draining, refused only once shutdown cancels or the threads are gone.
+        const bool open = child ? !discard_.load(std::memory_order_acquire) &&
+                                      !threads_stopped_.load(std::memory_order_acquire)
+                                : accepting_.load(std::memory_order_acquire);
+        if (!open) {
             refused_other_.fetch_add(1, std::memory_order_relaxed);
             return SubmitError{Errc::shutting_down, queue_.length(), queue_.capacity(), {}, {}};
         }
-        if (auto e = validate(o))
+        if (auto e = validate(o, child))
             return e;
-        // Cheap pre-check so a producer hammering a full queue never builds a record.
-        const std::uint32_t seen = queue_.length();
-        if (seen >= queue_.capacity() ||
-            (seen >= queue_.soft_limit() && o.priority != Priority::high)) {
-            queue_.count_rejection();
-            return backpressure_error(seen >= queue_.capacity() ? Errc::queue_full : Errc::busy,
-                                      seen);
+        if (child) {
+            const std::uint32_t waiting = children_queued_.load(std::memory_order_acquire);
+            if (waiting >= cfg_.subtask_capacity) {
+                queue_.count_rejection();
+                return SubmitError{Errc::queue_full,
+                                   waiting,
+                                   cfg_.subtask_capacity,
+                                   retry_after(waiting - cfg_.subtask_capacity + 1),
+                                   {}};
+            }
+        } else {
+            // Cheap pre-check so a producer hammering a full queue never builds a record.
+            const std::uint32_t seen = queue_.length();
+            if (seen >= queue_.capacity() ||
+                (seen >= queue_.soft_limit() && o.priority != Priority::high)) {
+                queue_.count_rejection();
+                return backpressure_error(seen >= queue_.capacity() ? Errc::queue_full : Errc::busy,
+                                          seen);
+            }
         }
         auto slot = slab_->acquire();
         if (!slot) {
@@ -652,8 +762,10 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
         }
         const std::uint32_t index = *slot;
         TaskRecord& r = slab_->at(index);
+        r.flags = child ? record_child : 0;
         try {
-            place(r);
+            // A timeout makes a takeover possible: ask for the layout that allows it.
+            place(r, o.timeout.count() > 0);
         } catch (...) {
             r.refs.store(1, std::memory_order_relaxed);
             slab_->release(index);
@@ -676,9 +788,25 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
         r.finish_ns.store(0, std::memory_order_relaxed);
         r.mark_ns.store(0, std::memory_order_relaxed);
         r.refs.store(with_handle ? 2 : 1, std::memory_order_relaxed);
-        r.state.store(static_cast<std::uint32_t>(TaskState::queued), std::memory_order_release);
         id = TaskId::make(index, r.generation.load(std::memory_order_relaxed));
 
+        if (child || ndeps != 0) {
+            admitted_other_.fetch_add(1, std::memory_order_relaxed);
+            if (child)
+                subtasks_total_.fetch_add(1, std::memory_order_relaxed);
+            if (ndeps != 0) {
+                pending_joins_.fetch_add(1, std::memory_order_acq_rel);
+                r.state.store(static_cast<std::uint32_t>(TaskState::pending),
+                              std::memory_order_release);
+                register_join(index, deps, ndeps);
+            } else {
+                r.state.store(static_cast<std::uint32_t>(TaskState::queued),
+                              std::memory_order_release);
+                push_child(index);
+            }
+            return std::nullopt;
+        }
+        r.state.store(static_cast<std::uint32_t>(TaskState::queued), std::memory_order_release);
         std::uint32_t len = 0;
         const Admission a = queue_.try_push(index, o.priority, len);
         if (a != Admission::admitted) {
@@ -696,6 +824,151 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
         return std::nullopt;
     }
 
+    /// Returns tasks a worker reserved but will not run now to the front of their lanes (still
+    /// `queued` all along), with the group slots they held.
+    void give_back_reserved(WorkerLocal& local) {
+        if (local.next >= local.reserved) {
+            local.next = local.reserved = 0;
+            return;
+        }
+        Links links{slab_.get()};
+        std::uint32_t moved = 0;
+        {
+            std::lock_guard lock(dispatch_mutex_);
+            // Back to front, so they keep their order at the head of their lanes.
+            for (std::size_t k = local.reserved; k-- > local.next;) {
+                const std::uint32_t i = local.batch[k];
+                TaskRecord& r = slab_->at(i);
+                if (r.group != 0) {
+                    --groups_[r.group].active;
+                    unpark_locked(groups_[r.group]);
+                }
+                lanes_.push_front(links, i, r.priority);
+                ++moved;
+            }
+            lanes_count_.store(static_cast<std::uint32_t>(lanes_.size()),
+                               std::memory_order_seq_cst);
+        }
+        local.next = local.reserved = 0;
+        if (moved != 0)
+            pool_.notify_all();
+    }
+
+    /// Queues a subtask in the subtask lane (first attempt or retry).
+    void push_child(std::uint32_t index) {
+        children_queued_.fetch_add(1, std::memory_order_acq_rel);
+        {
+            Links links{slab_.get()};
+            std::lock_guard lock(dispatch_mutex_);
+            subtasks_.push_back(links, index);
+            subtask_lane_count_.store(static_cast<std::uint32_t>(subtasks_.size()),
+                                      std::memory_order_seq_cst);
+        }
+        pool_.notify_work();
+    }
+
+    /// A queued task left the queue (started or cancelled): its admission count goes down.
+    void dequeued(const TaskRecord& r) noexcept {
+        if ((r.flags & record_child) != 0)
+            children_queued_.fetch_sub(1, std::memory_order_acq_rel);
+        else
+            queue_.on_dequeued(r.priority);
+    }
+
+    /// Records that join `j` waits for `deps`; a dependency already ended (or forgotten) does
+    /// not count. With nothing left to wait for, the join is queued at once.
+    void register_join(std::uint32_t j, const TaskId* deps, std::size_t ndeps) {
+        std::uint32_t outstanding = 0;
+        {
+            std::lock_guard lock(joins_mutex_);
+            for (std::size_t k = 0; k < ndeps; ++k) {
+                TaskRecord* d = slab_->try_pin(deps[k]);
+                if (d == nullptr)
+                    continue; // left history long ago: it ended
+                // Under the join lock, so the dependency's finisher (which takes it after
+                // publishing the terminal state) either sees this entry or was seen terminal.
+                const auto prev = d->state.fetch_or(has_dependents_bit, std::memory_order_acq_rel);
+                if (!is_terminal(static_cast<TaskState>(prev & state_mask))) {
+                    dependents_[deps[k].index()].push_back(j);
+                    ++outstanding;
+                }
+                slab_->release(deps[k].index());
+            }
+            if (outstanding != 0)
+                join_waits_[j] = outstanding;
+        }
+        if (outstanding == 0)
+            release_join(j);
+    }
+
+    /// A task with dependents ended: count its joins down and queue those now free.
+    void release_dependents(std::uint32_t index) {
+        std::vector<std::uint32_t> ready;
+        {
+            std::lock_guard lock(joins_mutex_);
+            auto it = dependents_.find(index);
+            if (it == dependents_.end())
+                return;
+            for (const auto j : it->second) {
+                auto w = join_waits_.find(j);
+                if (--w->second == 0) {
+                    join_waits_.erase(w);
+                    ready.push_back(j);
+                }
+            }
+            dependents_.erase(it);
+        }
+        for (const auto j : ready)
+            release_join(j);
+    }
+
+    /// pending -> queued for a join whose dependencies all ended; a join cancelled meanwhile is
+    /// retired here (nothing else holds it).
+    void release_join(std::uint32_t j) {
+        TaskRecord& r = slab_->at(j);
+        auto s = r.state.load(std::memory_order_acquire);
+        while ((s & state_mask) == static_cast<std::uint32_t>(TaskState::pending)) {
+            if (r.state.compare_exchange_weak(
+                    s, (s & ~state_mask) | static_cast<std::uint32_t>(TaskState::queued),
+                    std::memory_order_acq_rel)) {
+                pending_joins_.fetch_sub(1, std::memory_order_acq_rel);
+                r.enqueue_ns.store(now_ns(), std::memory_order_relaxed);
+                if ((r.flags & record_child) != 0) {
+                    push_child(j);
+                } else {
+                    queue_.push_unchecked(j, r.priority);
+                    pool_.notify_work();
+                }
+                return;
+            }
+        }
+        retire(j, nullptr);
+    }
+
+    /// Runs one task nested in a helping wait on this worker: first one this worker reserved
+    /// before the waiting task started (nobody else will run those, and the awaited task may be
+    /// among them), else a subtask from the lane. False if there was neither.
+    bool run_subtask(Worker& w) {
+        WorkerLocal& local = w.local;
+        std::uint32_t i = none;
+        if (local.next < local.reserved) {
+            i = local.batch[local.next++];
+        } else {
+            if (subtask_lane_count_.load(std::memory_order_acquire) == 0)
+                return false;
+            Links links{slab_.get()};
+            std::lock_guard lock(dispatch_mutex_);
+            if (subtasks_.empty())
+                return false;
+            i = subtasks_.pop_front(links);
+            subtask_lane_count_.store(static_cast<std::uint32_t>(subtasks_.size()),
+                                      std::memory_order_seq_cst);
+        }
+        if (try_start(i, w.local))
+            execute(i, w, now_ns());
+        return true;
+    }
+
     /// Reserves the next tasks in ring order into the worker's batch: one normally, up to
     /// max_reserve when tasks are known to be tiny and the lanes are long, so a stream of
     /// microsecond tasks takes the dispatch lock once per several tasks. Reserved tasks stay
@@ -708,6 +981,16 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
         // lock's cache line with the dispatcher on every task.
         if (lanes_.size() == 0 || ++pops_since_swap_ >= swap_period)
             swap_into_lanes_locked(links);
+        // Subtasks first, one at a time: a reserved child would wait behind its worker's current
+        // task, and a parent waiting for it there could wait on a worker waiting on it.
+        if (!subtasks_.empty()) {
+            local.batch[local.reserved++] = subtasks_.pop_front(links);
+            subtask_lane_count_.store(static_cast<std::uint32_t>(subtasks_.size()),
+                                      std::memory_order_seq_cst);
+            lanes_count_.store(static_cast<std::uint32_t>(lanes_.size()),
+                               std::memory_order_seq_cst);
+            return;
+        }
         std::size_t want = 1;
         if (tasks_are_tiny()) {
             const std::size_t share =
@@ -764,7 +1047,7 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
             if (r.state.compare_exchange_weak(
                     s, (s & ~state_mask) | static_cast<std::uint32_t>(TaskState::running),
                     std::memory_order_acq_rel)) {
-                queue_.on_dequeued(r.priority);
+                dequeued(r);
                 return true;
             }
         }
@@ -869,21 +1152,32 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
 
     void execute(std::uint32_t index, Worker& w, std::int64_t start) {
         TaskRecord& r = slab_->at(index);
-        w.current.store(index, std::memory_order_relaxed);
         const std::uint32_t attempt = std::min<std::uint32_t>(r.attempts.load() + 1u, 255u);
         r.attempts.store(static_cast<std::uint8_t>(attempt), std::memory_order_relaxed);
         r.start_ns.store(start, std::memory_order_relaxed);
         r.mark_ns.store(start, std::memory_order_relaxed);
         const TaskId id = TaskId::make(index, r.generation.load(std::memory_order_relaxed));
-        TaskContext ctx(r, id, &now_ns);
+        Attempt a;
+        a.claim = &w.current;
+        a.token = (std::uint64_t{++w.serial} << 32) | index;
+        TaskContext ctx(r, id, attempt, &now_ns, this, &w.current, a.token);
+        a.ctx = &ctx;
         current_worker_owner = this;
         if (hooks_.on_start)
             call_hook(hooks_.on_start, event(r, id, attempt));
-        std::exception_ptr error = r.manager(ManagerOp::run, r, &ctx);
+        std::exception_ptr error = r.manager(ManagerOp::run, r, &a);
         const std::int64_t end = now_ns();
         w.local.last_end_ns = end;
-        w.current.store(none, std::memory_order_relaxed);
+        a.restore();
+        if (a.abandoned) {
+            // The watchdog ended this attempt while the body ignored its stop; the record is the
+            // retry's now. Drop the pin it took for us.
+            slab_->release(index);
+            return;
+        }
         w.counters.add_attempt(error == nullptr, end - start);
+        if (a.destructor_error)
+            note_destructor_error(r, a.destructor_error);
 
         auto s = r.state.load(std::memory_order_acquire);
         if (r.group != 0 && (s & cancel_requested_bit) == 0)
@@ -900,6 +1194,29 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
             slab_->release(index);
             return;
         }
+        conclude_failure(r, index, id, attempt, s, std::move(error), start, end, &w.local);
+    }
+
+    /// The callable's destructor threw after a successful run: the task still succeeded; the
+    /// exception is kept as its last error so query() says what happened.
+    static void note_destructor_error(TaskRecord& r, const std::exception_ptr& e) {
+        ErrorText text = describe_exception(e);
+        r.lock_extras();
+        try {
+            TaskExtras& x = r.ensure_extras();
+            x.last_error = "exception from the task's destructor, contained: " + text.message;
+            x.last_error_type = std::move(text.type);
+        } catch (...) {
+        }
+        r.unlock_extras();
+    }
+
+    /// Ends a failed attempt: hooks, the failure record, then a retry, the dead-letter list, or
+    /// cancelled. Run by the attempt's owner: its worker, or the watchdog after a takeover
+    /// (local = nullptr).
+    void conclude_failure(TaskRecord& r, std::uint32_t index, TaskId id, std::uint32_t attempt,
+                          std::uint32_t s, std::exception_ptr error, std::int64_t start,
+                          std::int64_t end, WorkerLocal* local) {
         // Whatever a timed-out body threw on its way out (often its reaction to the stop), the
         // attempt failed because of the timeout.
         if ((s & stop_bits) == timed_out_bit)
@@ -914,9 +1231,15 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
         const bool permanent = text.permanent;
         r.record_failure(
             AttemptFailure{attempt, std::move(text.type), std::move(text.message), start, end});
-        const bool can_retry = !permanent && attempt <= r.max_retries &&
-                               r.content == Content::callable &&
-                               !discard_.load(std::memory_order_relaxed);
+        const bool retryable =
+            !permanent && attempt <= r.max_retries && r.content == Content::callable;
+        // shutdown(cancel) stops retries: a task that would have retried is cancelled, not
+        // dead-lettered (its stop request may simply not have reached it yet).
+        const bool can_retry = retryable && !discard_.load(std::memory_order_acquire);
+        if (retryable && !can_retry) {
+            finish(r, index, s, TaskState::cancelled, end, local);
+            return;
+        }
         if (can_retry && (s & cancel_requested_bit) == 0) {
             const auto delay =
                 retry_delay(cfg_.retry_base_delay, cfg_.retry_jitter, attempt + 1u, jitter_());
@@ -928,20 +1251,33 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
                 e.retry_delay = delay;
                 call_hook(hooks_.on_retry, e);
             }
-            // The timed-out flag belonged to this attempt; the next one starts clean.
-            if (r.state.compare_exchange_strong(
-                    s, (s & has_waiter_bit) | static_cast<std::uint32_t>(TaskState::waiting_retry),
-                    std::memory_order_acq_rel)) {
-                waiting_retry_.fetch_add(1, std::memory_order_acq_rel);
-                retries_.fetch_add(1, std::memory_order_relaxed);
-                release_group(r);
-                timers_.add(due, index);
-                return;
+            // The timed-out flag belonged to this attempt; the next one starts clean. The CAS
+            // fails when a waiter set has_waiter_bit (try again) or a cancel slipped in (fall
+            // through to the cancelled ending).
+            while ((s & cancel_requested_bit) == 0) {
+                if (r.state.compare_exchange_weak(
+                        s, (s & sticky_bits) | static_cast<std::uint32_t>(TaskState::waiting_retry),
+                        std::memory_order_acq_rel)) {
+                    waiting_retry_.fetch_add(1, std::memory_order_acq_rel);
+                    retries_.fetch_add(1, std::memory_order_relaxed);
+                    release_group(r);
+                    timers_.add(due, index);
+                    return;
+                }
             }
-            // cancel() slipped in: fall through to the cancelled ending.
         }
         r.set_final_error(std::move(error));
-        // The hook runs while this worker still owns the record and before the task is visibly
+        // Commit to the dead-letter ending unless a cancel came first: from here cancel()
+        // answers false (the task is as good as finished), so the hook below and the list never
+        // see a task that then ends cancelled.
+        while ((s & cancel_requested_bit) == 0 &&
+               !r.state.compare_exchange_weak(s, s | ending_bit, std::memory_order_acq_rel)) {
+        }
+        if ((s & cancel_requested_bit) != 0) {
+            finish(r, index, s, TaskState::cancelled, end, local);
+            return;
+        }
+        // The hook runs while this thread still owns the record and before the task is visibly
         // dead, so a user persisting dead letters sees every one, even those the bounded list
         // evicts at once.
         if (hooks_.on_dead_letter && (s & cancel_requested_bit) == 0) {
@@ -960,11 +1296,7 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
         r.refs.fetch_add(1, std::memory_order_relaxed);
         if (const auto evicted = dead_letters_.add(id))
             slab_->release(evicted->index());
-        if (!finish(r, index, s, TaskState::dead_lettered, end, &w.local)) {
-            // cancel() slipped in: cancelled, not a dead letter.
-            if (dead_letters_.remove(id))
-                slab_->release(index);
-        }
+        finish(r, index, s, TaskState::dead_lettered, end, local);
     }
 
     /// An event built by a thread that does not own the record (the tick, shutdown): the name is
@@ -1005,6 +1337,8 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
                 std::int64_t end, WorkerLocal* local) {
         TaskState final_state = wanted;
         r.finish_ns.store(end, std::memory_order_relaxed);
+        if ((s & cancel_requested_bit) != 0)
+            r.destroy_content(); // a cancelled task's callable (or value) serves no one now
         // The body has returned: its group slot is free before anyone can see the task ended.
         release_group(r);
         for (;;) {
@@ -1016,6 +1350,8 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
                     std::memory_order_acq_rel)) {
                 if ((s & has_waiter_bit) != 0)
                     slab_->notify_waiters(index);
+                if ((s & has_dependents_bit) != 0)
+                    release_dependents(index);
                 break;
             }
             count_terminal(final_state, -1);
@@ -1046,7 +1382,8 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
         auto s = r.state.load(std::memory_order_acquire);
         for (;;) {
             const auto st = static_cast<TaskState>(s & state_mask);
-            if (st == TaskState::queued || st == TaskState::waiting_retry) {
+            if (st == TaskState::queued || st == TaskState::waiting_retry ||
+                st == TaskState::pending) {
                 r.finish_ns.store(now_ns(), std::memory_order_relaxed);
                 count_terminal(TaskState::cancelled, 1);
                 if (!r.state.compare_exchange_weak(
@@ -1054,20 +1391,29 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
                         std::memory_order_acq_rel)) {
                     count_terminal(TaskState::cancelled, -1);
                 } else {
+                    // Nobody runs or reads a cancelled task's callable: free its captures now
+                    // (a join's handles among them).
+                    r.destroy_content();
                     if (st == TaskState::queued) {
-                        queue_.on_dequeued(r.priority);
-                    } else {
+                        dequeued(r);
+                    } else if (st == TaskState::waiting_retry) {
                         waiting_retry_.fetch_sub(1, std::memory_order_acq_rel);
+                    } else {
+                        pending_joins_.fetch_sub(1, std::memory_order_acq_rel);
                     }
                     if ((s & has_waiter_bit) != 0)
                         slab_->notify_waiters(index);
-                    // The record stays linked where it waits (lane or timer heap) as a tombstone;
-                    // whoever pops it sends it to history.
+                    if ((s & has_dependents_bit) != 0)
+                        release_dependents(index);
+                    // The record stays linked where it waits (lane, timer heap or the join table)
+                    // as a tombstone; whoever takes it from there sends it to history.
                     return true;
                 }
             } else if (st == TaskState::running) {
                 if ((s & cancel_requested_bit) != 0)
                     return true;
+                if ((s & ending_bit) != 0)
+                    return false; // already committed to its dead-letter ending
                 if (r.state.compare_exchange_weak(s, s | cancel_requested_bit,
                                                   std::memory_order_acq_rel)) {
                     r.request_stop();
@@ -1088,6 +1434,9 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
             swap_into_lanes_locked(links);
             for (std::uint32_t i = lanes_.pop(links, 0); i != none; i = lanes_.pop(links, 0))
                 victims.push_back(i);
+            while (!subtasks_.empty())
+                victims.push_back(subtasks_.pop_front(links));
+            subtask_lane_count_.store(0, std::memory_order_seq_cst);
             for (std::size_t g = 1; g <= max_groups; ++g)
                 while (!groups_[g].parked.empty())
                     victims.push_back(groups_[g].parked.pop_front(links));
@@ -1098,10 +1447,20 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
             cancel_pinned(slab_->at(i), i);
             retire(i, nullptr);
         }
+        // Joins still waiting: cancelled now, retired by their last dependency's ending.
+        std::vector<std::uint32_t> joins;
+        {
+            std::lock_guard lock(joins_mutex_);
+            for (const auto& [j, n] : join_waits_)
+                joins.push_back(j);
+        }
+        for (const auto j : joins)
+            cancel_pinned(slab_->at(j), j);
         pool_.for_each([&](Worker& w) {
-            const auto i = w.current.load(std::memory_order_relaxed);
-            if (i == none)
+            const auto c = w.current.load(std::memory_order_relaxed);
+            if (c == no_attempt)
                 return;
+            const auto i = static_cast<std::uint32_t>(c);
             TaskRecord& r = slab_->at(i);
             cancel(TaskId::make(i, r.generation.load(std::memory_order_relaxed)));
         });
@@ -1167,6 +1526,7 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
         const auto qc = queue_.counters();
         c.incoming = qc.incoming;
         c.rejected = qc.rejected;
+        c.incoming += admitted_other_.load(std::memory_order_relaxed);
         pool_.sum_counters(c.completed, c.failed, c.duration_ns);
         const std::uint32_t qlen = queue_.length();
         const WorkerStats ws = pool_.stats();
@@ -1203,9 +1563,13 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
         } else if (const auto t = saturation_target(in, cfg_); t != in.current_target) {
             pool_.set_target(t);
         }
+        // Queued work with no worker at all (min_workers = 0) cannot wait for a controller round.
+        if (pool_.target() == 0 && (qlen > 0 || has_work()))
+            pool_.set_target(1);
         pool_.reap();
-        if (accepting_.load(std::memory_order_acquire))
-            pool_.grow(qlen);
+        // Also while draining: queued work still needs its workers.
+        pool_.grow(std::max<std::uint32_t>(qlen + children_queued_.load(std::memory_order_acquire),
+                                           has_work() ? 1 : 0));
         if (++ticks_ % watchdog_ticks_ == 0)
             watchdog(now);
         tick_breakers(now);
@@ -1216,21 +1580,27 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
 
     /// Flags running attempts whose last heartbeat (or start) is older than their timeout and
     /// requests stop on them; the attempt then ends as a failure (TaskTimedOut) and follows the
-    /// retry policy. A body that ignores its stop token keeps its worker until it returns.
+    /// retry policy. A body still running timeout_grace later ignores its stop: its thread is
+    /// orphaned (no longer counted against max_workers) and, if the callable can be copied, the
+    /// attempt is taken over: ended now, its retry runs on a copy.
     void watchdog(std::int64_t now) {
-        // Under the pool lock only collect overdue candidates; act on them pinned and unlocked,
-        // so the hook may call back into the scheduler and never sees a recycled record.
-        std::vector<TaskId> overdue;
+        // Under the pool lock only collect running attempts; act on them pinned and unlocked,
+        // so hooks may call back into the scheduler and never see a recycled record.
+        overdue_.clear();
         pool_.for_each([&](Worker& w) {
-            const auto i = w.current.load(std::memory_order_acquire);
-            if (i == none)
+            const auto c = w.current.load(std::memory_order_acquire);
+            if (c == no_attempt)
                 return;
             // Only atomics here: the slot may be recycled under us; the rest is read pinned.
+            const auto i = static_cast<std::uint32_t>(c);
             TaskRecord& r = slab_->at(i);
-            overdue.push_back(TaskId::make(i, r.generation.load(std::memory_order_acquire)));
+            overdue_.push_back(
+                Overdue{TaskId::make(i, r.generation.load(std::memory_order_acquire)), &w, c});
         });
-        for (const TaskId id : overdue) {
-            TaskRecord* r = slab_->try_pin(id);
+        const std::int64_t grace =
+            std::chrono::duration_cast<std::chrono::nanoseconds>(cfg_.timeout_grace).count();
+        for (const Overdue& o : overdue_) {
+            TaskRecord* r = slab_->try_pin(o.id);
             if (r == nullptr)
                 continue;
             // State first (acquire): seeing `running` orders us after the admission that wrote
@@ -1238,24 +1608,73 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
             auto s = r->state.load(std::memory_order_acquire);
             const bool running = (s & state_mask) == static_cast<std::uint32_t>(TaskState::running);
             const std::int64_t limit = running ? std::int64_t{r->timeout_ms} * 1'000'000 : 0;
-            const bool fire =
-                running && (s & stop_bits) == 0 && limit != 0 &&
-                now - r->mark_ns.load(std::memory_order_relaxed) > limit &&
-                r->state.compare_exchange_strong(s, s | timed_out_bit, std::memory_order_acq_rel);
-            if (fire) {
-                timeouts_.fetch_add(1, std::memory_order_relaxed);
-                r->request_stop();
-                if (hooks_.on_timeout) {
-                    std::string name;
-                    TaskEvent e = foreign_event(*r, id, name);
-                    const std::string message = TaskTimedOut(r->timeout_ms).what();
-                    e.error_type = "ax::TaskTimedOut";
-                    e.error = message;
-                    call_hook(hooks_.on_timeout, e);
-                }
+            const std::int64_t quiet = now - r->mark_ns.load(std::memory_order_relaxed);
+            if (limit == 0) {
+                // not running, or no timeout
+            } else if ((s & stop_bits) == 0 && quiet > limit) {
+                if (r->state.compare_exchange_strong(s, s | timed_out_bit,
+                                                     std::memory_order_acq_rel))
+                    fire_timeout(*r, o.id);
+            } else if ((s & timed_out_bit) != 0 && quiet > limit + grace) {
+                orphan(*r, o, now);
             }
-            slab_->release(id.index());
+            slab_->release(o.id.index());
         }
+    }
+
+    void fire_timeout(TaskRecord& r, TaskId id) {
+        timeouts_.fetch_add(1, std::memory_order_relaxed);
+        r.request_stop();
+        if (hooks_.on_timeout) {
+            std::string name;
+            TaskEvent e = foreign_event(r, id, name);
+            const std::string message = TaskTimedOut(r.timeout_ms).what();
+            e.error_type = "ax::TaskTimedOut";
+            e.error = message;
+            call_hook(hooks_.on_timeout, e);
+        }
+    }
+
+    /// A timed-out body ignored its stop for timeout_grace: set its thread aside (capped) so it
+    /// no longer holds a worker's place, and take the attempt over when the callable allows.
+    void orphan(TaskRecord& r, const Overdue& o, std::int64_t now) {
+        if (cfg_.max_orphans == 0)
+            return;
+        Worker& w = *o.worker;
+        if (!w.orphaned.load(std::memory_order_acquire) && !pool_.try_orphan(w)) {
+            if (w.refused_token != o.token) {
+                w.refused_token = o.token;
+                orphans_refused_.fetch_add(1, std::memory_order_relaxed);
+            }
+            return;
+        }
+        // A move-only callable cannot run twice at once: its orphan ends the attempt (as timed
+        // out) when the body returns, and the retry follows then.
+        if ((r.flags & record_detachable) == 0)
+            return;
+        void* copy = nullptr;
+        if (r.manager(ManagerOp::clone, r, &copy) != nullptr)
+            return; // the copy threw: same as move-only
+        std::uint64_t expected = o.token;
+        if (!w.current.compare_exchange_strong(expected, no_attempt, std::memory_order_acq_rel)) {
+            r.manager(ManagerOp::drop, r, copy); // the body returned meanwhile: it ends itself
+            return;
+        }
+        // The attempt is ours: the record gets the copy (the body keeps the original and frees
+        // it), and a pin that the orphan drops when its body returns.
+        r.manager(ManagerOp::adopt, r, copy);
+        r.refs.fetch_add(1, std::memory_order_relaxed);
+        takeovers_.fetch_add(1, std::memory_order_relaxed);
+        pool_.add_failed_attempt();
+        const std::uint32_t attempt = r.attempts.load(std::memory_order_relaxed);
+        const auto s = r.state.load(std::memory_order_acquire);
+        if (r.group != 0 && (s & cancel_requested_bit) == 0)
+            group_attempt(groups_[r.group], false, now);
+        conclude_failure(r, o.id.index(), o.id, attempt, s,
+                         std::make_exception_ptr(TaskTimedOut(r.timeout_ms)),
+                         r.start_ns.load(std::memory_order_relaxed), now, nullptr);
+        // The orphan's place in the pool is free: queued work need not wait for it.
+        pool_.notify_work();
     }
 
     /// Share of all cores the process used since the last tick, smoothed over a few ticks. Uses
@@ -1297,8 +1716,12 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
             if (back) {
                 waiting_retry_.fetch_sub(1, std::memory_order_acq_rel);
                 r.enqueue_ns.store(now, std::memory_order_relaxed);
-                queue_.push_unchecked(i, r.priority);
-                ++requeued;
+                if ((r.flags & record_child) != 0) {
+                    push_child(i);
+                } else {
+                    queue_.push_unchecked(i, r.priority);
+                    ++requeued;
+                }
             } else {
                 retire(i, nullptr); // cancelled while waiting: a tombstone
             }
@@ -1312,10 +1735,15 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
     void check_drained() {
         if (accepting_.load(std::memory_order_acquire))
             return;
-        // Order matters: queue, then busy workers, then timers (see docs/design.md, shutdown).
+        // Order matters: joins, queue, subtasks, then busy workers, then timers (each stage feeds
+        // the next; see docs/design.md, shutdown).
+        if (pending_joins_.load(std::memory_order_acquire) != 0)
+            return;
         if (queue_.length() != 0)
             return;
-        if (pool_.busy_count() != 0)
+        if (children_queued_.load(std::memory_order_acquire) != 0)
+            return;
+        if (pool_.in_flight() != 0)
             return;
         if (waiting_retry_.load(std::memory_order_acquire) != 0)
             return;
@@ -1342,8 +1770,10 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
     }
 
     void stop_threads() {
-        if (stop_ticker())
+        if (stop_ticker()) {
+            threads_stopped_.store(true, std::memory_order_release);
             pool_.stop_and_join();
+        }
     }
 
     const Config cfg_;
@@ -1358,9 +1788,22 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
     /// lanes_.size(), readable without the dispatch lock (has_work).
     std::atomic<std::uint32_t> lanes_count_{0};
     std::unique_ptr<GroupState[]> groups_ = std::make_unique<GroupState[]>(max_groups + 1);
+    /// Subtasks, dispatched ahead of every priority (under the dispatch lock).
+    IntrusiveFifo<Links> subtasks_;
+    /// subtasks_.size(), readable without the lock.
+    std::atomic<std::uint32_t> subtask_lane_count_{0};
+    /// Subtasks admitted and not yet started (their admission count; tombstones included).
+    std::atomic<std::uint32_t> children_queued_{0};
+
+    // when_all joins: who waits for whom (rare path; a map is fine here).
+    std::mutex joins_mutex_;
+    std::unordered_map<std::uint32_t, std::vector<std::uint32_t>> dependents_;
+    std::unordered_map<std::uint32_t, std::uint32_t> join_waits_;
+    std::atomic<std::uint32_t> pending_joins_{0};
 
     RetryTimers timers_;
     std::vector<std::uint32_t> due_; // ticker only
+    std::vector<Overdue> overdue_;   // ticker only
 
     std::mutex metrics_mutex_;
     MetricsWindow window_;
@@ -1397,6 +1840,12 @@ class SchedulerCore : public std::enable_shared_from_this<SchedulerCore<Clock, C
     std::atomic<std::uint64_t> cancelled_{0};
     std::atomic<std::uint64_t> retries_{0};
     std::atomic<std::uint64_t> timeouts_{0};
+    std::atomic<std::uint64_t> takeovers_{0};
+    std::atomic<std::uint64_t> orphans_refused_{0};
+    /// Subtasks and joins admitted (they bypass the queue's own admission count).
+    std::atomic<std::uint64_t> admitted_other_{0};
+    std::atomic<std::uint64_t> subtasks_total_{0};
+    std::atomic<bool> threads_stopped_{false};
     std::uint64_t last_rejected_ = 0; // tick thread only
     // Watchdog cadence, in ticks (tick thread only).
     std::uint64_t ticks_ = 0;
@@ -1469,6 +1918,17 @@ class Scheduler {
     /// discarded. The ID still works with cancel() and query().
     template <class F> Expected<TaskId> post(F&& f, const SubmitOptions& options = {}) {
         return core_->post(std::forward<F>(f), options);
+    }
+
+    /// Submits `f` to run once every task in `handles` has ended (succeeded, dead-lettered or
+    /// cancelled), without any thread blocking meanwhile: a non-blocking join. f is called as
+    /// f(std::vector<ax::TaskHandle<R>>&) with every handle ready (get() does not block) and its
+    /// result is the returned handle's. The join is `pending` until then; cancel() works on it.
+    /// Admission is checked now, like submit; on a refusal the handles are released (their tasks
+    /// run on). A retry of the join sees the same handles, minus values already taken with get().
+    template <class R, class F>
+    auto when_all(std::vector<TaskHandle<R>> handles, F&& f, const SubmitOptions& options = {}) {
+        return core_->when_all(std::move(handles), std::forward<F>(f), options);
     }
 
     /// Cancels a queued or retry-waiting task at once (true); asks a running one to stop and ends

@@ -38,6 +38,7 @@ enum class TaskState : std::uint8_t {
     succeeded,     ///< The callable returned; its value is in the handle.
     dead_lettered, ///< Every allowed attempt failed; the last exception is in the handle.
     cancelled,     ///< cancel() or shutdown(cancel) ended it.
+    pending,       ///< A when_all join waiting for the tasks it depends on to end.
 };
 
 /// Human-readable name of a state ("queued", "running", ...).
@@ -55,6 +56,8 @@ constexpr std::string_view to_string(TaskState s) noexcept {
         return "dead_lettered";
     case TaskState::cancelled:
         return "cancelled";
+    case TaskState::pending:
+        return "pending";
     }
     return "unknown";
 }
@@ -131,7 +134,10 @@ struct TaskRecord;
 
 /// Operations a task's type-erased manager knows; the manager is the only code that knows the
 /// callable's and the result's types.
-enum class ManagerOp : std::uint8_t { run, destroy, relocate };
+/// run: context is an Attempt*. relocate: context is the destination record. clone: context is
+/// a void** receiving a heap copy of the callable (detachable records only). adopt: context is
+/// such a copy, which replaces the callable pointer in the record. drop: deletes such a copy.
+enum class ManagerOp : std::uint8_t { run, destroy, relocate, clone, adopt, drop };
 
 /// What the storage of a record holds.
 enum class Content : std::uint8_t { none, callable, value };
@@ -144,6 +150,21 @@ inline constexpr std::uint32_t has_waiter_bit = 1u << 9;
 inline constexpr std::uint32_t timed_out_bit = 1u << 10;
 /// Either reason to stop the running attempt.
 inline constexpr std::uint32_t stop_bits = cancel_requested_bit | timed_out_bit;
+/// Some when_all join waits for this task's end (its entry is in the scheduler's join table).
+inline constexpr std::uint32_t has_dependents_bit = 1u << 11;
+/// The running attempt's worker committed to the dead-letter ending: cancel() is too late.
+inline constexpr std::uint32_t ending_bit = 1u << 12;
+/// Bits that survive every non-terminal state change.
+inline constexpr std::uint32_t sticky_bits = has_waiter_bit | has_dependents_bit;
+
+/// TaskRecord::flags.
+inline constexpr std::uint8_t record_child = 1; ///< A subtask: queued in the subtask lane.
+/// The callable lives on the heap and can be copied, so a timed-out attempt stuck in its body
+/// can be taken over: the retry runs on a copy while the stuck body keeps the original.
+inline constexpr std::uint8_t record_detachable = 2;
+
+/// Value of a worker's claim word when it runs no attempt.
+inline constexpr std::uint64_t no_attempt = UINT64_MAX;
 
 /// Rarely needed, variable-sized fields, allocated the first time a slot needs them and reused by
 /// every later task of the slot, so steady-state submits do not allocate.
@@ -203,7 +224,9 @@ struct alignas(64) TaskRecord {
     Content content = Content::none;
     /// Guards extras->last_error, which a worker writes while query reads.
     std::atomic<bool> extras_lock{false};
-    std::uint8_t reserved_[5] = {};
+    /// record_child, record_detachable; written at admission only.
+    std::uint8_t flags = 0;
+    std::uint8_t reserved_[4] = {};
 
     TaskRecord() = default;
     TaskRecord(const TaskRecord&) = delete;
@@ -241,8 +264,14 @@ struct alignas(64) TaskRecord {
     void unlock_extras() noexcept { extras_lock.store(false, std::memory_order_release); }
     /// The running task's stop token, creating the stop state on first use (under the extras
     /// lock, which request_stop() takes too, so a cancel can never miss a token made meanwhile).
-    std::stop_token stop_token() {
+    /// nullopt if `detached()`, checked under the same lock, says the attempt was taken over (the
+    /// state here may already be the retry's).
+    template <class Detached> std::optional<std::stop_token> stop_token(Detached&& detached) {
         lock_extras();
+        if (detached()) {
+            unlock_extras();
+            return std::nullopt;
+        }
         if (!stop.stop_possible()) {
             try {
                 stop = std::stop_source();
@@ -481,6 +510,7 @@ class TaskSlab {
             r.extras->final_error = nullptr;
         }
         r.state.store(0, std::memory_order_relaxed);
+        r.flags = 0;
         auto g = r.generation.load(std::memory_order_relaxed) + 1;
         if (g == 0)
             g = 1;
@@ -501,39 +531,165 @@ class TaskSlab {
 
 } // namespace detail
 
-/// What a running callable receives: who it is, which attempt, how to notice a stop request, and
-/// how to tell the watchdog it is still making progress.
+template <class R> class TaskHandle;
+class TaskContext;
+namespace detail {
+template <class F> struct CallableTraits;
+}
+
+namespace detail {
+
+/// A type-erased "construct the callable in this record" step, so the non-template admission
+/// path of the scheduler can place any callable. `detachable` asks for the heap layout that lets
+/// a timed-out attempt be taken over (honoured only for copyable callables).
+struct Placer {
+    void (*fn)(void* self, TaskRecord& r, bool detachable);
+    void* self;
+    void operator()(TaskRecord& r, bool detachable) const { fn(self, r, detachable); }
+};
+
+/// What a running task (through its TaskContext) and a blocked TaskHandle may ask of the
+/// scheduler that runs them. Implemented by the scheduler core.
+class TaskHost {
+  public:
+    /// Admits a subtask (`child`) or a join waiting for `deps` (none: runnable now).
+    virtual std::optional<SubmitError> admit_erased(const SubmitOptions& o, TaskId& id,
+                                                    bool with_handle, bool child,
+                                                    const TaskId* deps, std::size_t ndeps,
+                                                    Placer place) = 0;
+    /// The slab handles must share.
+    virtual const std::shared_ptr<TaskSlab>& task_slab() noexcept = 0;
+    /// Called by TaskHandle waits on this host's worker threads: runs pending subtasks while
+    /// the awaited task is not terminal, so a parent waiting for its children never deadlocks.
+    /// Returns whether the task is terminal (false: the deadline passed).
+    virtual bool help_wait(TaskRecord& r, std::uint32_t index,
+                           const std::chrono::steady_clock::time_point* deadline) = 0;
+
+  protected:
+    TaskHost() = default;
+    ~TaskHost() = default;
+    TaskHost(const TaskHost&) = default;
+    TaskHost& operator=(const TaskHost&) = default;
+};
+
+/// The scheduler whose worker the current thread is (null elsewhere): where a blocking wait
+/// helps.
+inline thread_local TaskHost* current_host = nullptr;
+
+/// Exceptions thrown by task callables' destructors (contained; process-wide count).
+inline std::atomic<std::uint64_t>& destructor_exceptions() noexcept {
+    static std::atomic<std::uint64_t> n{0};
+    return n;
+}
+
+/// One attempt as the manager runs it. The worker's claim word holds `token` while the body runs;
+/// whoever swaps it to no_attempt first owns the attempt's ending: the worker when the body
+/// returns, or the watchdog when it takes over a timed-out attempt whose body ignores its stop.
+struct Attempt {
+    TaskContext* ctx = nullptr;
+    std::atomic<std::uint64_t>* claim = nullptr;
+    std::uint64_t token = no_attempt;
+    /// Claim word before publish (a parent's token while a subtask runs nested in its wait).
+    std::uint64_t saved = no_attempt;
+    /// Set by the manager: the watchdog took the attempt over; the outcome is discarded.
+    bool abandoned = false;
+    /// Set by the manager: the callable's destructor threw after a successful run (contained;
+    /// the task still succeeded).
+    std::exception_ptr destructor_error;
+
+    void publish() noexcept { saved = claim->exchange(token, std::memory_order_acq_rel); }
+    /// Claims the ending for the worker; false if the watchdog already took it.
+    bool keep() noexcept {
+        std::uint64_t t = token;
+        return claim->compare_exchange_strong(t, no_attempt, std::memory_order_acq_rel);
+    }
+    /// Gives the claim word back to the enclosing attempt, if any.
+    void restore() noexcept { claim->store(saved, std::memory_order_release); }
+};
+
+} // namespace detail
+
+/// What a running callable receives: who it is, which attempt, how to notice a stop request, how
+/// to tell the watchdog it is still making progress, and how to spawn subtasks.
 class TaskContext {
   public:
     /// The task's ID.
     [[nodiscard]] TaskId id() const noexcept { return id_; }
     /// Attempt number, 1 for the first run.
-    [[nodiscard]] std::uint32_t attempt() const noexcept {
-        return record_->attempts.load(std::memory_order_relaxed);
-    }
+    [[nodiscard]] std::uint32_t attempt() const noexcept { return attempt_; }
     /// Token whose stop is requested by cancel(), shutdown(cancel) or a timeout. Its shared
-    /// state is created on the first call, so tasks that never ask pay nothing for it.
-    [[nodiscard]] std::stop_token stop_token() const { return record_->stop_token(); }
+    /// state is created on the first call, so tasks that never ask pay nothing for it. An attempt
+    /// the scheduler has given up on (timed out and taken over) gets an already stopped token.
+    [[nodiscard]] std::stop_token stop_token() const {
+        if (detached())
+            return stopped_token();
+        auto token = record_->stop_token(
+            [this]() noexcept { return detached(); }); // re-checked under the record's lock
+        return token ? *token : stopped_token();
+    }
     /// Whether a stop was requested; cheaper than stop_token() (one atomic load).
     [[nodiscard]] bool stop_requested() const noexcept {
-        return (record_->state.load(std::memory_order_acquire) & detail::stop_bits) != 0;
+        return (record_->state.load(std::memory_order_acquire) & detail::stop_bits) != 0 ||
+               detached();
     }
     /// Reports progress: the timeout is measured from the last heartbeat instead of the start.
-    void heartbeat() noexcept { record_->mark_ns.store(now_ns_(), std::memory_order_relaxed); }
+    void heartbeat() noexcept {
+        if (!detached())
+            record_->mark_ns.store(now_ns_(), std::memory_order_relaxed);
+    }
     /// The name given at submit (empty if none).
     [[nodiscard]] std::string_view name() const noexcept {
-        return record_->extras != nullptr ? std::string_view(record_->extras->name)
-                                          : std::string_view();
+        record_->lock_extras();
+        const detail::TaskExtras* x = record_->extras;
+        record_->unlock_extras();
+        return x != nullptr ? std::string_view(x->name) : std::string_view();
     }
 
+    /// Submits a subtask: it goes to the subtask lane, dispatched ahead of every priority, and is
+    /// admitted even while the queue is full or draining (up to Config::subtask_capacity waiting
+    /// subtasks). Waiting on its handle from inside this task never deadlocks: the waiting worker
+    /// runs pending subtasks itself. Subtasks take no group (a parent holding its group's slot
+    /// while waiting for children of the same group could never finish); options.group must be
+    /// empty.
+    template <class F>
+    auto submit(F&& f, const SubmitOptions& options = {})
+        -> Expected<TaskHandle<typename detail::CallableTraits<std::decay_t<F>>::result>>;
+
+    /// Submits `f` as a subtask that runs once every task in `handles` has ended (succeeded,
+    /// dead-lettered or cancelled), without blocking anyone meanwhile; f receives the handles
+    /// (std::vector<TaskHandle<R>>&), every one ready. See Scheduler::when_all.
+    template <class R, class F>
+    auto when_all(std::vector<TaskHandle<R>> handles, F&& f, const SubmitOptions& options = {});
+
     /// Built by the scheduler only.
-    TaskContext(detail::TaskRecord& record, TaskId id, std::int64_t (*now_ns)()) noexcept
-        : record_(&record), id_(id), now_ns_(now_ns) {}
+    TaskContext(detail::TaskRecord& record, TaskId id, std::uint32_t attempt,
+                std::int64_t (*now_ns)(), detail::TaskHost* host,
+                const std::atomic<std::uint64_t>* claim, std::uint64_t token) noexcept
+        : record_(&record), id_(id), attempt_(attempt), now_ns_(now_ns), host_(host), claim_(claim),
+          token_(token) {}
 
   private:
+    /// Whether the scheduler took this attempt over (it ended as timed out; a retry may be
+    /// running on a copy of the callable). Meaningful on the body's own thread: while a subtask
+    /// runs nested in this body's wait, the claim word holds the subtask's token.
+    [[nodiscard]] bool detached() const noexcept {
+        return claim_->load(std::memory_order_acquire) != token_;
+    }
+    static std::stop_token stopped_token() {
+        std::stop_source s;
+        s.request_stop();
+        return s.get_token();
+    }
+
+    template <class R> friend class TaskHandle;
+
     detail::TaskRecord* record_;
     TaskId id_;
+    std::uint32_t attempt_;
     std::int64_t (*now_ns_)();
+    detail::TaskHost* host_;
+    const std::atomic<std::uint64_t>* claim_;
+    std::uint64_t token_;
 };
 
 namespace detail {
@@ -548,16 +704,25 @@ template <class F> struct CallableTraits {
                                                std::invoke_result<F&>>::type;
 };
 
-template <class T> T* storage_as(TaskRecord& r) noexcept {
-    if constexpr (fits_inline<T>) {
+/// A callable the scheduler may copy to retry a timed-out attempt while the stuck body still
+/// runs on the original: copyable, and callable as const (so copying it while the body runs
+/// reads what the body only reads).
+template <class F>
+inline constexpr bool detachable_v = std::is_copy_constructible_v<F> &&
+                                     (std::is_invocable_v<const F&, TaskContext&> ||
+                                      std::is_invocable_v<const F&>);
+
+template <class T, bool Inline = fits_inline<T>> T* storage_as(TaskRecord& r) noexcept {
+    if constexpr (Inline) {
         return std::launder(reinterpret_cast<T*>(r.storage));
     } else {
         return *std::launder(reinterpret_cast<T**>(r.storage));
     }
 }
 
-template <class T, class... Args> void storage_emplace(TaskRecord& r, Args&&... args) {
-    if constexpr (fits_inline<T>) {
+template <class T, bool Inline = fits_inline<T>, class... Args>
+void storage_emplace(TaskRecord& r, Args&&... args) {
+    if constexpr (Inline) {
         ::new (static_cast<void*>(r.storage)) T(std::forward<Args>(args)...);
     } else {
         T* p = new T(std::forward<Args>(args)...);
@@ -565,77 +730,195 @@ template <class T, class... Args> void storage_emplace(TaskRecord& r, Args&&... 
     }
 }
 
-template <class T> void storage_destroy(TaskRecord& r) noexcept {
-    if constexpr (fits_inline<T>) {
-        storage_as<T>(r)->~T();
+/// Destroys what the storage holds. A destructor that throws (declared noexcept(false)) is
+/// contained and counted in destructor_exceptions(): the scheduler must outlive its tasks'
+/// captures.
+template <class T, bool Inline = fits_inline<T>> void storage_destroy(TaskRecord& r) noexcept {
+    auto destroy = [&] {
+        if constexpr (Inline) {
+            storage_as<T, Inline>(r)->~T();
+        } else {
+            delete storage_as<T, Inline>(r);
+        }
+    };
+    if constexpr (std::is_nothrow_destructible_v<T>) {
+        destroy();
     } else {
-        delete storage_as<T>(r);
+        try {
+            destroy();
+        } catch (...) {
+            destructor_exceptions().fetch_add(1, std::memory_order_relaxed);
+        }
     }
 }
 
-/// Runs one attempt of F (op run; context is the TaskContext*) or destroys whatever the storage
-/// holds (op destroy). On success of run the callable is destroyed and the value takes its place;
-/// on failure the callable stays for a retry and the exception is returned.
-template <class F> std::exception_ptr manage(ManagerOp op, TaskRecord& r, void* context) {
+/// storage_destroy that hands a destructor's exception back instead of only counting it.
+template <class T, bool Inline = fits_inline<T>>
+std::exception_ptr storage_destroy_reporting(TaskRecord& r) noexcept {
+    if constexpr (std::is_nothrow_destructible_v<T>) {
+        storage_destroy<T, Inline>(r);
+        return nullptr;
+    } else {
+        try {
+            if constexpr (Inline)
+                storage_as<T, Inline>(r)->~T();
+            else
+                delete storage_as<T, Inline>(r);
+        } catch (...) {
+            destructor_exceptions().fetch_add(1, std::memory_order_relaxed);
+            return std::current_exception();
+        }
+        return nullptr;
+    }
+}
+
+template <class T> void delete_contained(T* p) noexcept {
+    if constexpr (std::is_nothrow_destructible_v<T>) {
+        delete p;
+    } else {
+        try {
+            delete p;
+        } catch (...) {
+            destructor_exceptions().fetch_add(1, std::memory_order_relaxed);
+        }
+    }
+}
+
+/// The type-erased manager of a record holding an F (inline, or on the heap when !Inline).
+/// run: runs one attempt (context: Attempt*). On success the callable is destroyed and the value
+/// takes its place; on failure the callable stays for a retry and the exception is returned; if
+/// the watchdog took the attempt over, the outcome is dropped (Attempt::abandoned) and the record
+/// is left alone: it belongs to the retry now.
+template <class F, bool Inline = fits_inline<F>>
+std::exception_ptr manage(ManagerOp op, TaskRecord& r, void* context) {
     using R = typename CallableTraits<F>::result;
-    if (op == ManagerOp::relocate) {
+    switch (op) {
+    case ManagerOp::relocate: {
         // Moves the callable into another record (replay of a dead letter).
         auto& to = *static_cast<TaskRecord*>(context);
         if constexpr (std::is_move_constructible_v<F>) {
-            storage_emplace<F>(to, std::move(*storage_as<F>(r)));
+            try {
+                storage_emplace<F, Inline>(to, std::move(*storage_as<F, Inline>(r)));
+            } catch (...) {
+                return std::current_exception();
+            }
             to.manager = r.manager;
             to.content = Content::callable;
-            storage_destroy<F>(r);
+            to.flags = static_cast<std::uint8_t>(r.flags & record_detachable);
+            storage_destroy<F, Inline>(r);
             r.content = Content::none;
             return nullptr;
         } else {
             return std::make_exception_ptr(std::logic_error("ax: callable is not movable"));
         }
     }
-    if (op == ManagerOp::destroy) {
+    case ManagerOp::destroy:
         if (r.content == Content::callable) {
-            storage_destroy<F>(r);
+            storage_destroy<F, Inline>(r);
         } else if constexpr (!std::is_void_v<R>) {
             if (r.content == Content::value)
                 storage_destroy<R>(r);
         }
         return nullptr;
-    }
-    try {
-        F& f = *storage_as<F>(r);
-        auto call = [&]() -> decltype(auto) {
-            if constexpr (CallableTraits<F>::takes_context) {
-                return std::invoke(f, *static_cast<TaskContext*>(context));
-            } else {
-                return std::invoke(f);
+    case ManagerOp::clone:
+    case ManagerOp::adopt:
+    case ManagerOp::drop:
+        if constexpr (!Inline && detachable_v<F>) {
+            try {
+                if (op == ManagerOp::clone) {
+                    *static_cast<void**>(context) = new F(*storage_as<F, Inline>(r));
+                } else if (op == ManagerOp::adopt) {
+                    ::new (static_cast<void*>(r.storage)) F*(static_cast<F*>(context));
+                } else {
+                    delete_contained(static_cast<F*>(context));
+                }
+            } catch (...) {
+                return std::current_exception();
             }
-        };
-        // An attempt the watchdog timed out has failed, whatever it returns: keep the callable
-        // for the retry and report the timeout instead of committing a value.
-        auto timed_out = [&r] {
-            return (r.state.load(std::memory_order_acquire) & timed_out_bit) != 0;
-        };
+            return nullptr;
+        } else {
+            return std::make_exception_ptr(std::logic_error("ax: callable is not detachable"));
+        }
+    case ManagerOp::run:
+        break;
+    }
+    auto& a = *static_cast<Attempt*>(context);
+    // Read before the claim word is published: after that the watchdog may replace the pointer.
+    F* f = storage_as<F, Inline>(r);
+    a.publish();
+    // The watchdog took over: the stuck body's copy is ours to free, the record is not ours.
+    auto abandon = [&]() -> std::exception_ptr {
+        if constexpr (!Inline)
+            delete_contained(f);
+        a.abandoned = true;
+        return nullptr;
+    };
+    auto call = [&]() -> decltype(auto) {
+        if constexpr (CallableTraits<F>::takes_context) {
+            return std::invoke(*f, *a.ctx);
+        } else {
+            return std::invoke(*f);
+        }
+    };
+    // An attempt the watchdog timed out has failed, whatever it returns: keep the callable
+    // for the retry and report the timeout instead of committing a value.
+    auto timed_out = [&r] {
+        return (r.state.load(std::memory_order_acquire) & timed_out_bit) != 0;
+    };
+    try {
         if constexpr (std::is_void_v<R>) {
             call();
+            if (!a.keep())
+                return abandon();
             if (timed_out())
                 return std::make_exception_ptr(TaskTimedOut(r.timeout_ms));
-            storage_destroy<F>(r);
+            a.destructor_error = storage_destroy_reporting<F, Inline>(r);
             r.content = Content::none;
         } else {
             R value = call();
+            if (!a.keep())
+                return abandon();
             if (timed_out())
                 return std::make_exception_ptr(TaskTimedOut(r.timeout_ms));
-            storage_destroy<F>(r);
+            a.destructor_error = storage_destroy_reporting<F, Inline>(r);
             r.content = Content::none;
             storage_emplace<R>(r, std::move(value));
             r.content = Content::value;
         }
         return nullptr;
     } catch (...) {
+        if (!a.keep())
+            return abandon();
         return std::current_exception();
     }
 }
 
+/// Constructs `f` in the record with the right manager: on the heap, copyable, when a timeout
+/// makes a takeover possible and the callable allows it; else the usual layout.
+template <class Fn, class F> void place_callable(TaskRecord& r, F&& f, bool detachable) {
+    if constexpr (detachable_v<Fn>) {
+        if (detachable) {
+            storage_emplace<Fn, false>(r, std::forward<F>(f));
+            r.manager = &manage<Fn, false>;
+            r.content = Content::callable;
+            r.flags = static_cast<std::uint8_t>(r.flags | record_detachable);
+            return;
+        }
+    }
+    storage_emplace<Fn>(r, std::forward<F>(f));
+    r.manager = &manage<Fn>;
+    r.content = Content::callable;
+}
+
+} // namespace detail
+
+namespace detail {
+/// What the scheduler's join code may see of a handle.
+struct HandleAccess {
+    template <class R> static const TaskSlab* slab(const TaskHandle<R>& h) noexcept {
+        return h.slab_.get();
+    }
+};
 } // namespace detail
 
 /// The caller's side of one submitted task: its ID, and a way to wait for it and take its value
@@ -667,15 +950,24 @@ template <class R> class TaskHandle {
     /// True once the task is terminal (get() will not block).
     [[nodiscard]] bool ready() const noexcept { return is_terminal(state()); }
 
-    /// Blocks until the task is terminal.
+    /// Blocks until the task is terminal. On a worker thread of the scheduler that runs the task,
+    /// the wait helps instead of only blocking: it runs pending subtasks meanwhile, so a parent
+    /// waiting for its children cannot deadlock the pool, even with max_workers = 1.
     void wait() const {
-        slab_->wait_terminal(*record_, id_.index(),
-                             static_cast<const std::chrono::steady_clock::time_point*>(nullptr));
+        if (auto* host = helper())
+            host->help_wait(*record_, id_.index(), nullptr);
+        else
+            slab_->wait_terminal(
+                *record_, id_.index(),
+                static_cast<const std::chrono::steady_clock::time_point*>(nullptr));
     }
-    /// Blocks at most `timeout`; true if the task is terminal.
+    /// Blocks at most `timeout` (helping like wait(); a subtask run meanwhile may overrun it);
+    /// true if the task is terminal.
     template <class Rep, class Period>
     bool wait_for(std::chrono::duration<Rep, Period> timeout) const {
         const auto deadline = std::chrono::steady_clock::now() + timeout;
+        if (auto* host = helper())
+            return host->help_wait(*record_, id_.index(), &deadline);
         return slab_->wait_terminal(*record_, id_.index(), &deadline);
     }
 
@@ -712,6 +1004,17 @@ template <class R> class TaskHandle {
         : slab_(std::move(slab)), record_(record), id_(id) {}
 
   private:
+    friend struct detail::HandleAccess;
+
+    /// The scheduler to help while waiting: this thread is one of its workers and the task is
+    /// one of its tasks (null otherwise, or once the task is terminal).
+    [[nodiscard]] detail::TaskHost* helper() const noexcept {
+        detail::TaskHost* host = detail::current_host;
+        if (host == nullptr || ready() || host->task_slab().get() != slab_.get())
+            return nullptr;
+        return host;
+    }
+
     void reset() noexcept {
         if (record_ != nullptr) {
             slab_->release(id_.index());
@@ -755,6 +1058,76 @@ template <class Clock = std::chrono::steady_clock> struct TaskInfo {
     /// Exception type of the latest attempt's error ("std::runtime_error", "int", ...).
     std::string last_error_type;
 };
+
+namespace detail {
+
+/// Wraps a placement lambda as a Placer (the lambda outlives the call).
+template <class L> Placer make_placer(L& place) noexcept {
+    return Placer{
+        [](void* self, TaskRecord& r, bool detachable) { (*static_cast<L*>(self))(r, detachable); },
+        &place};
+}
+
+/// Admits `f` through `host` and wraps the result in a handle.
+template <class F>
+auto submit_via(TaskHost& host, F&& f, const SubmitOptions& o, bool child, const TaskId* deps,
+                std::size_t ndeps)
+    -> Expected<TaskHandle<typename CallableTraits<std::decay_t<F>>::result>> {
+    using Fn = std::decay_t<F>;
+    using R = typename CallableTraits<Fn>::result;
+    static_assert(!std::is_reference_v<R>, "ax: a task may not return a reference");
+    auto place = [&f](TaskRecord& r, bool detachable) {
+        place_callable<Fn>(r, std::forward<F>(f), detachable);
+    };
+    TaskId id;
+    if (auto e =
+            host.admit_erased(o, id, /*with_handle=*/true, child, deps, ndeps, make_placer(place)))
+        return std::move(*e);
+    const auto& slab = host.task_slab();
+    return TaskHandle<R>(slab, &slab->at(id.index()), id);
+}
+
+/// when_all for the scheduler and for task contexts: a task holding `handles` that becomes
+/// runnable when all of them are terminal.
+template <class R, class F>
+auto submit_join(TaskHost& host, bool child, std::vector<TaskHandle<R>> handles, F&& f,
+                 const SubmitOptions& o) {
+    using Fn = std::decay_t<F>;
+    static_assert(std::is_invocable_v<Fn&, std::vector<TaskHandle<R>>&>,
+                  "ax: when_all's callable must accept std::vector<ax::TaskHandle<R>>&");
+    using Out = std::invoke_result_t<Fn&, std::vector<TaskHandle<R>>&>;
+    std::vector<TaskId> deps;
+    deps.reserve(handles.size());
+    for (const auto& h : handles) {
+        if (!h.valid() || HandleAccess::slab(h) != host.task_slab().get())
+            return Expected<TaskHandle<Out>>(
+                SubmitError{Errc::invalid_options,
+                            0,
+                            0,
+                            {},
+                            "when_all needs valid handles of tasks of this scheduler"});
+        deps.push_back(h.id());
+    }
+    auto join = [fn = Fn(std::forward<F>(f)), hs = std::move(handles)]() mutable -> Out {
+        return fn(hs);
+    };
+    return submit_via(host, std::move(join), o, child, deps.data(), deps.size());
+}
+
+} // namespace detail
+
+template <class F>
+auto TaskContext::submit(F&& f, const SubmitOptions& options)
+    -> Expected<TaskHandle<typename detail::CallableTraits<std::decay_t<F>>::result>> {
+    return detail::submit_via(*host_, std::forward<F>(f), options, /*child=*/true, nullptr, 0);
+}
+
+template <class R, class F>
+auto TaskContext::when_all(std::vector<TaskHandle<R>> handles, F&& f,
+                           const SubmitOptions& options) {
+    return detail::submit_join(*host_, /*child=*/true, std::move(handles), std::forward<F>(f),
+                               options);
+}
 
 } // namespace ax
 

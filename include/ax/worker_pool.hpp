@@ -36,6 +36,14 @@ inline void cpu_relax() noexcept {
 /// Host is the scheduler core; it provides
 ///   bool run_one(Worker&)   -- dispatch and run one task; false when there was none
 ///   bool has_work()         -- cheap hint that run_one would find something
+///   bool holds_reserved(Worker&) -- the worker still has tasks reserved for it (it must not
+///                                  retire then; they would never run)
+///   void on_worker_start(Worker&), on_worker_exit(Worker&) -- the latter gives back reserved
+///                                  tasks left by a worker leaving for shutdown or as an orphan
+///
+/// A worker stuck in a timed-out body can be orphaned (try_orphan): it stops counting against
+/// max_workers, so the pool may start a replacement, and it leaves once its body returns.
+/// Orphans are capped; shutdown detaches the ones still stuck instead of joining them.
 ///
 /// Idle workers spin briefly (one at a time) and then park on an epoch counter with
 /// std::atomic::wait; a producer wakes one parked worker only when nobody is spinning.
@@ -44,16 +52,25 @@ template <class Host> class WorkerPool {
     /// One worker thread and what it alone writes.
     struct Worker {
         WorkerCounters counters;
-        /// Slot of the task this worker is running (none when idle), for shutdown and timeouts.
-        std::atomic<std::uint32_t> current{UINT32_MAX};
+        /// Claim word of the attempt this worker runs: (serial << 32) | slot, or no_attempt.
+        /// The watchdog reads it to find overdue attempts and swaps it to take one over.
+        std::atomic<std::uint64_t> current{UINT64_MAX};
+        /// Attempts started by this worker (the claim word's serial, so a token names one attempt).
+        std::uint32_t serial = 0;
+        /// Set aside by try_orphan: no longer counted in live workers; leaves after its task.
+        std::atomic<bool> orphaned{false};
+        /// Token of the last attempt whose orphaning the cap refused (tick thread only), so each
+        /// refusal is counted once.
+        std::uint64_t refused_token = UINT64_MAX;
         std::atomic<bool> exited{false};
         std::jthread thread;
         /// Host-specific per-worker state (e.g. its batch of finished slots).
         typename Host::WorkerLocal local;
     };
 
-    WorkerPool(Host& host, std::uint32_t min_workers, std::uint32_t max_workers)
-        : host_(host), min_(min_workers), max_(max_workers) {
+    WorkerPool(Host& host, std::uint32_t min_workers, std::uint32_t max_workers,
+               std::uint32_t max_orphans = 0)
+        : host_(host), min_(min_workers), max_(max_workers), max_orphans_(max_orphans) {
         target_.store(min_workers, std::memory_order_relaxed);
     }
     WorkerPool(const WorkerPool&) = delete;
@@ -143,12 +160,51 @@ template <class Host> class WorkerPool {
             all.swap(workers_);
         }
         for (auto& w : all) {
+            if (w->orphaned.load(std::memory_order_acquire) &&
+                !w->exited.load(std::memory_order_acquire)) {
+                // Still inside a body the scheduler gave up on: it keeps the scheduler alive
+                // and leaves when that body returns.
+                w->thread.detach();
+                std::lock_guard lock(mutex_);
+                orphans_.push_back(std::move(w));
+                continue;
+            }
             if (w->thread.joinable())
                 w->thread.join();
+            std::lock_guard lock(mutex_);
             retired_succeeded_ += w->counters.attempts_succeeded.load();
             retired_failed_ += w->counters.attempts_failed.load();
             retired_busy_ns_ += w->counters.busy_ns.load();
         }
+    }
+
+    /// Sets a worker stuck in a timed-out body aside: it stops counting against max_workers
+    /// (so the pool can replace it) and leaves after that body returns. False if it already is
+    /// an orphan or Config::max_orphans are stuck already.
+    bool try_orphan(Worker& w) {
+        std::lock_guard lock(mutex_);
+        if (w.orphaned.load(std::memory_order_relaxed) ||
+            orphans_now_.load(std::memory_order_relaxed) >= max_orphans_)
+            return false;
+        w.orphaned.store(true, std::memory_order_release);
+        live_.fetch_sub(1, std::memory_order_acq_rel);
+        orphans_now_.fetch_add(1, std::memory_order_acq_rel);
+        orphaned_total_.fetch_add(1, std::memory_order_relaxed);
+        return true;
+    }
+
+    /// A failed attempt ended by someone other than its worker (a takeover).
+    void add_failed_attempt() {
+        std::lock_guard lock(mutex_);
+        ++retired_failed_;
+    }
+
+    /// Orphans still stuck now, orphans ever, refusals because of the cap.
+    [[nodiscard]] std::uint32_t orphans() const noexcept {
+        return orphans_now_.load(std::memory_order_acquire);
+    }
+    [[nodiscard]] std::uint64_t orphaned_total() const noexcept {
+        return orphaned_total_.load(std::memory_order_relaxed);
     }
 
     /// Who the worker threads keep alive (the scheduler core), set before start().
@@ -167,7 +223,14 @@ template <class Host> class WorkerPool {
         }
         std::size_t abandoned = 0;
         for (auto& w : all) {
-            if (w->current.load(std::memory_order_acquire) != UINT32_MAX && w->thread.joinable()) {
+            const bool stuck = w->current.load(std::memory_order_acquire) != UINT64_MAX;
+            if (w->orphaned.load(std::memory_order_acquire) && !stuck &&
+                !w->exited.load(std::memory_order_acquire) && w->thread.joinable()) {
+                // An orphan whose attempt was taken over (already reported in the metrics).
+                w->thread.detach();
+                std::lock_guard lock(mutex_);
+                orphans_.push_back(std::move(w));
+            } else if (stuck && w->thread.joinable()) {
                 report(*w);
                 w->thread.detach();
                 ++abandoned;
@@ -180,12 +243,31 @@ template <class Host> class WorkerPool {
         return abandoned;
     }
 
-    /// Workers running a task now.
+    /// Counted workers running a task now (orphans excluded).
     [[nodiscard]] std::uint32_t busy_count() {
         std::lock_guard lock(mutex_);
         std::uint32_t n = 0;
         for (const auto& w : workers_)
-            n += w->counters.busy.load(std::memory_order_seq_cst) ? 1 : 0;
+            n += w->counters.busy.load(std::memory_order_seq_cst) &&
+                         !w->orphaned.load(std::memory_order_acquire)
+                     ? 1
+                     : 0;
+        return n;
+    }
+
+    /// Workers, orphans included, that still owe a task its ending (drain waits for them); an
+    /// orphan whose attempt was taken over owes nothing.
+    [[nodiscard]] std::uint32_t in_flight() {
+        std::lock_guard lock(mutex_);
+        std::uint32_t n = 0;
+        for (const auto& w : workers_) {
+            if (!w->counters.busy.load(std::memory_order_seq_cst))
+                continue;
+            if (w->orphaned.load(std::memory_order_acquire) &&
+                w->current.load(std::memory_order_acquire) == UINT64_MAX)
+                continue;
+            ++n;
+        }
         return n;
     }
 
@@ -217,6 +299,8 @@ template <class Host> class WorkerPool {
         s.idle = s.current - s.busy;
         s.peak = peak_.load(std::memory_order_acquire);
         s.created = created_.load(std::memory_order_acquire);
+        s.orphans = orphans_now_.load(std::memory_order_acquire);
+        s.orphaned = orphaned_total_.load(std::memory_order_relaxed);
         return s;
     }
 
@@ -301,20 +385,27 @@ template <class Host> class WorkerPool {
     }
 
     void loop(Worker& w) {
+        host_.on_worker_start(w);
         bool retired = false;
         while (!stopping_.load(std::memory_order_acquire)) {
-            if (try_retire()) {
+            if (!host_.holds_reserved(w) && try_retire()) {
                 retired = true;
                 break;
             }
-            if (host_.run_one(w))
+            if (host_.run_one(w)) {
+                if (w.orphaned.load(std::memory_order_acquire))
+                    break;
                 continue;
+            }
             if (spin_for_work())
                 continue;
             park();
         }
         // A worker leaving for shutdown still counts in live_; keep the final stats honest.
-        if (!retired)
+        // An orphan was uncounted when it was set aside.
+        if (w.orphaned.load(std::memory_order_acquire))
+            orphans_now_.fetch_sub(1, std::memory_order_acq_rel);
+        else if (!retired)
             live_.fetch_sub(1, std::memory_order_acq_rel);
         host_.on_worker_exit(w);
         w.exited.store(true, std::memory_order_release);
@@ -323,6 +414,9 @@ template <class Host> class WorkerPool {
     Host& host_;
     const std::uint32_t min_;
     const std::uint32_t max_;
+    const std::uint32_t max_orphans_;
+    std::atomic<std::uint32_t> orphans_now_{0};
+    std::atomic<std::uint64_t> orphaned_total_{0};
     std::mutex mutex_;
     std::vector<std::unique_ptr<Worker>> workers_;
     std::vector<std::unique_ptr<Worker>> orphans_; // detached by abandon_busy
