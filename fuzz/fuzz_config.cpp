@@ -163,11 +163,6 @@ ax::Config make_cheap(ax::Config c) {
     using namespace std::chrono_literals;
     c.max_workers = std::min(c.max_workers, 8u);
     c.min_workers = std::min({c.min_workers, c.max_workers, 4u});
-    // Known core bug, reported with fuzz finding "min_workers = 0": validate() accepts 0, but then
-    // the controller rounds queue_length / drain_time down to a target of 0 while one or two tasks
-    // are queued, so they never run. Remove this line once the core rejects 0 or never targets 0
-    // workers with work queued; until then it keeps the target finding other bugs.
-    c.min_workers = std::max(c.min_workers, 1u);
     c.queue_capacity = std::min(c.queue_capacity, 1024u);
     c.history_capacity = std::min(c.history_capacity, 1024u);
     c.dead_letter_capacity = std::min(c.dead_letter_capacity, 1024u);
@@ -175,11 +170,6 @@ ax::Config make_cheap(ax::Config c) {
     c.dispatch_interval = std::min<Duration>(c.dispatch_interval, 2ms);
     c.watchdog_interval = std::clamp<Duration>(c.watchdog_interval, c.dispatch_interval, 20ms);
     c.controller_interval = std::clamp<Duration>(c.controller_interval, c.dispatch_interval, 20ms);
-    // Known core bug, reported with fuzz finding "shutdown_grace = max": validate() accepts any
-    // positive grace, but ~Scheduler passes it to condition_variable::wait_for, whose
-    // now() + grace overflows (UB; in practice the destructor stops waiting and abandons running
-    // tasks). Remove once validate() bounds it or shutdown() saturates the deadline.
-    c.shutdown_grace = std::min<Duration>(c.shutdown_grace, 3600s);
     c.retry_base_delay = std::min<Duration>(c.retry_base_delay, 1ms);
     c.retry_jitter = std::min<Duration>(c.retry_jitter, 1ms);
     return c;

@@ -140,21 +140,6 @@ struct HookCounts {
     std::atomic<std::uint64_t> dead_letter{0};
 };
 
-// Known core bug, reported with fuzz finding "shutdown(cancel) dead-letters a task with retries
-// left": an attempt that fails while shutdown(cancel) is under way (after it stops retries,
-// before it reaches the running worker) ends the task dead_lettered instead of cancelled. While
-// true, the harness tolerates exactly that: a dead letter with attempts to spare, only after a
-// cancel shutdown. Set to false once the core is fixed.
-constexpr bool tolerate_cancel_shutdown_dead_letters = true;
-
-// Known core bug, reported with fuzz finding "on_dead_letter fires for a task that ends
-// cancelled": the hook runs before the dead_lettered state is published, and a cancel() landing
-// meanwhile ends the task cancelled. While true, the harness accepts more on_dead_letter calls
-// than dead-lettered tasks, by at most the number of cancelled ones, and a task cancel() stopped
-// being listed by dead_letters() for a moment (the worker lists it, then unlists it once it sees
-// the cancel). Set to false once fixed.
-constexpr bool tolerate_dead_letter_hook_for_cancelled = true;
-
 // AX_FUZZ_TRACE=1 prints each operation and its outcome: for reading a reproducer, not fuzzing.
 const bool trace_on = std::getenv("AX_FUZZ_TRACE") != nullptr;
 
@@ -450,8 +435,8 @@ class Run {
     /// Whether a dead letter seen listed may be gone by the next call, without anyone replaying
     /// or discarding it.
     [[nodiscard]] bool may_drop_out(const Entry* e) const {
-        return cfg_.dead_letter_capacity < max_ops || // evicted by newer dead letters
-               (tolerate_dead_letter_hook_for_cancelled && e != nullptr && e->cancel_ok);
+        (void)e;
+        return cfg_.dead_letter_capacity < max_ops; // evicted by newer dead letters
     }
 
     void replay() {
@@ -484,9 +469,7 @@ class Run {
         const auto info = sched_->query(old.id);
         if (info)
             observe(*o, info->state);
-        require(!o->terminal || *o->terminal == ax::TaskState::dead_lettered ||
-                    (tolerate_dead_letter_hook_for_cancelled && o->cancel_ok &&
-                     *o->terminal == ax::TaskState::cancelled),
+        require(!o->terminal || *o->terminal == ax::TaskState::dead_lettered,
                 "replayed task is not dead-lettered");
     }
 
@@ -568,14 +551,11 @@ class Run {
         if (info->state == ax::TaskState::dead_lettered && !e.cancel_ok) {
             // Exactly the allowed attempts, except that a permanent error stops at the first.
             const std::uint32_t want = e.kind == Kind::permanent ? 1 : e.retries + 1;
-            const bool tolerated = tolerate_cancel_shutdown_dead_letters && cancel_shutdown_ &&
-                                   info->attempts >= 1 && info->attempts < want;
-            if (info->attempts != want && !tolerated)
+            if (info->attempts != want)
                 std::fprintf(stderr, "task %s (kind %d): %u attempts, expected %u\n",
                              e.id.to_string().c_str(), static_cast<int>(e.kind), info->attempts,
                              want);
-            require(info->attempts == want || tolerated,
-                    "dead letter after the wrong number of attempts");
+            require(info->attempts == want, "dead letter after the wrong number of attempts");
         }
     }
 
@@ -596,9 +576,6 @@ class Run {
         case Kind::timeout:
             return s == ax::TaskState::dead_lettered;
         case Kind::flaky:
-            if (tolerate_cancel_shutdown_dead_letters && cancel_shutdown_ &&
-                s == ax::TaskState::dead_lettered)
-                return true;
             return s == (e.retries > 0 ? ax::TaskState::succeeded : ax::TaskState::dead_lettered);
         case Kind::count:
             break;
@@ -704,10 +681,7 @@ class Run {
               static_cast<unsigned long long>(m.totals.dead_lettered));
         require(counts_->success.load() == m.totals.succeeded, "on_success count is off");
         const auto dl_hooks = counts_->dead_letter.load();
-        require(dl_hooks == m.totals.dead_lettered ||
-                    (tolerate_dead_letter_hook_for_cancelled && dl_hooks > m.totals.dead_lettered &&
-                     dl_hooks <= m.totals.dead_lettered + m.totals.cancelled),
-                "on_dead_letter count is off");
+        require(dl_hooks == m.totals.dead_lettered, "on_dead_letter count is off");
         require(m.totals.attempts_failed >= m.totals.dead_lettered,
                 "a task was dead-lettered without a failed attempt");
 
@@ -725,11 +699,7 @@ class Run {
             } else if (*e.terminal == ax::TaskState::dead_lettered) {
                 ++taken;
             } else {
-                // Only a task cancel() caught while it was being dead-lettered can be taken from
-                // the list and still end otherwise (the known bug above).
-                require(tolerate_dead_letter_hook_for_cancelled && e.cancel_ok &&
-                            e.terminal == ax::TaskState::cancelled,
-                        "replayed or discarded a task that was never a dead letter");
+                require(false, "replayed or discarded a task that was never a dead letter");
             }
         }
         for (const auto& d : listed) {
@@ -739,11 +709,7 @@ class Run {
             require(!d.attempts.empty(), "dead letter without its attempts' errors");
         }
         const auto accounted = listed.size() + taken + m.totals.dead_letters_evicted;
-        const auto unknown_ok = tolerate_dead_letter_hook_for_cancelled
-                                    ? m.totals.dead_lettered >= accounted &&
-                                          m.totals.dead_lettered <= accounted + taken_unknown
-                                    : m.totals.dead_lettered == accounted + taken_unknown;
-        require(unknown_ok, "a dead letter went missing");
+        require(m.totals.dead_lettered == accounted + taken_unknown, "a dead letter went missing");
 
         // Handles may outlive the scheduler: read them after it is gone.
         sched_.reset();

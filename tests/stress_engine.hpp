@@ -78,7 +78,8 @@ enum class Kind : std::uint8_t {
     heartbeat,      ///< Runs past its timeout but heartbeats all along: must not time out.
     time_out,       ///< Waits for its stop token: only the watchdog (or a cancel) ends it.
     ignore_stop,    ///< Overruns its timeout ignoring the token, then returns a value.
-    // Subtasks join here as a kind of their own once the core has them (see make_body's switch).
+    subtasks,       ///< Spawns 1-3 children (one may fail once and retry), then waits for them, or
+                    ///< joins them with when_all and waits for the join; always succeeds.
 };
 
 /// A non-std exception type.
@@ -102,6 +103,29 @@ struct Shared {
     /// Set at the first hung task: the rest get a short guard, so a lost task costs one hang
     /// guard, not one per task behind it.
     std::atomic<bool> hung{false};
+    /// Subtasks (children and joins) admitted by subtask bodies, and how they ended; every one
+    /// is awaited by its parent, so these are final once the parents are.
+    std::atomic<std::uint64_t> children{0};
+    std::atomic<std::uint64_t> child_succeeded{0};
+    std::atomic<std::uint64_t> child_dead_lettered{0};
+    std::atomic<std::uint64_t> child_cancelled{0};
+
+    void count_child(ax::TaskState s) {
+        switch (s) {
+        case ax::TaskState::succeeded:
+            child_succeeded.fetch_add(1, std::memory_order_relaxed);
+            break;
+        case ax::TaskState::dead_lettered:
+            child_dead_lettered.fetch_add(1, std::memory_order_relaxed);
+            break;
+        case ax::TaskState::cancelled:
+            child_cancelled.fetch_add(1, std::memory_order_relaxed);
+            break;
+        default:
+            fail("a subtask its parent waited for is not terminal: " +
+                 std::string(ax::to_string(s)));
+        }
+    }
 
     void fail(std::string what) {
         violations.fetch_add(1, std::memory_order_relaxed);
@@ -166,10 +190,61 @@ inline auto make_body(Kind k, std::uint32_t salt, bool in_group, Shared* shared)
             break;
         }
         case Kind::ignore_stop:
-            std::this_thread::sleep_for(15ms);
+            // Long enough past its 2 ms timeout to be orphaned and taken over (timeout_grace).
+            std::this_thread::sleep_for(40ms);
             break;
-            // SUBTASKS: the case for a body that spawns and awaits subtasks goes here, with its
-            // weight in draw_kind() and its allowed outcomes in settle().
+        case Kind::subtasks: {
+            const int n = 1 + static_cast<int>(salt % 3);
+            std::vector<ax::TaskHandle<int>> kids;
+            int want = 0;
+            for (int c = 0; c < n; ++c) {
+                const bool flaky = c == 0 && salt % 4 == 0;
+                auto kid = ctx.submit(
+                    [c, flaky](ax::TaskContext& kctx) {
+                        if (flaky && kctx.attempt() == 1)
+                            throw std::runtime_error("stress: child fails once");
+                        return c + 1;
+                    },
+                    {.max_retries = flaky ? 1 : 0});
+                if (!kid) {
+                    shared->fail("subtask refused: " + kid.error().message());
+                    continue;
+                }
+                shared->children.fetch_add(1, std::memory_order_relaxed);
+                want += c + 1;
+                kids.push_back(std::move(*kid));
+            }
+            int got = 0;
+            if (salt % 2 == 0) {
+                for (auto& kid : kids) {
+                    kid.wait();
+                    shared->count_child(kid.state());
+                    got += kid.state() == ax::TaskState::succeeded ? kid.get() : 0;
+                }
+            } else {
+                // Non-blocking join; the parent then waits for the join (helping meanwhile).
+                auto join = ctx.when_all(std::move(kids), [shared](auto& done) {
+                    int sum = 0;
+                    for (auto& kid : done) {
+                        shared->count_child(kid.state());
+                        sum += kid.state() == ax::TaskState::succeeded ? kid.get() : 0;
+                    }
+                    return sum;
+                });
+                if (!join) {
+                    shared->fail("join refused: " + join.error().message());
+                } else {
+                    shared->children.fetch_add(1, std::memory_order_relaxed);
+                    join->wait();
+                    shared->count_child(join->state());
+                    got = join->state() == ax::TaskState::succeeded ? join->get() : -1;
+                }
+            }
+            if (got != want)
+                shared->fail("subtask results add up to " + std::to_string(got) + ", not " +
+                             std::to_string(want));
+            break;
+        }
         }
         return kind_value(k, salt);
     };
@@ -251,6 +326,7 @@ void settle(Pending& p, Tally& t, Shared& shared, Sched& sched, std::chrono::sec
     switch (p.kind) {
     case Kind::succeed:
     case Kind::heartbeat:
+    case Kind::subtasks:
     case Kind::ignore_stop: // succeeds if the watchdog did not reach it in time
         may_succeed = true;
         break;
@@ -266,6 +342,7 @@ void settle(Pending& p, Tally& t, Shared& shared, Sched& sched, std::chrono::sec
     // Heartbeat tasks get retries, so one scheduling hiccup longer than their timeout is not a
     // failure; a heartbeat that does not work times out every attempt and dead-letters.
     const bool may_die = p.kind != Kind::succeed && p.kind != Kind::heartbeat &&
+                         p.kind != Kind::subtasks &&
                          !(p.kind == Kind::throw_int_once && p.max_retries > 0);
     if (s == ax::TaskState::succeeded && !may_succeed) {
         shared.fail(who + ": succeeded, which its kind cannot");
@@ -331,14 +408,17 @@ inline Kind draw_kind(std::mt19937& rng) {
         return Kind::throw_int_once;
     if (r < 9'000)
         return Kind::throw_struct;
-    if (r < 9'990)
+    if (r < 9'500)
         return Kind::permanent;
+    if (r < 9'990)
+        return Kind::subtasks;
     if (r < 9'994)
         return Kind::heartbeat;
     if (r < 9'997)
         return Kind::time_out;
-    // SUBTASKS: carve the subtask kind's share out of the ranges above.
-    return Kind::ignore_stop;
+    if (r < 9'999)
+        return Kind::ignore_stop;
+    return Kind::subtasks;
 }
 
 } // namespace detail
@@ -359,6 +439,8 @@ inline ax::Config stress_config() {
     cfg.dead_letter_capacity = 16;
     // A run that lost a task should fail in seconds, not wait out the 30 s default twice.
     cfg.shutdown_grace = 5s;
+    // Deaf bodies (ignore_stop) are orphaned and taken over soon after their timeout.
+    cfg.timeout_grace = 5ms;
     return cfg;
 }
 
@@ -435,7 +517,9 @@ inline Result run(const Options& opt) {
                         o.timeout = 2ms;
                         o.max_retries = 0;
                         break;
-                    // SUBTASKS: per-kind options for the subtask kind go here.
+                    case Kind::subtasks:
+                        o.max_retries = 0; // its body never fails
+                        break;
                     default:
                         break;
                     }
@@ -498,12 +582,17 @@ inline Result run(const Options& opt) {
                    std::string(what) + ": " + std::to_string(a) + " != " + std::to_string(b));
         };
         eq(res.operations, opt.operations, "operations run vs asked");
-        eq(m.totals.submitted, res.admitted, "metrics submitted vs admitted handles");
+        eq(m.totals.subtasks, shared.children.load(), "metrics subtasks vs subtasks admitted");
+        eq(m.totals.submitted, res.admitted + shared.children.load(),
+           "metrics submitted vs admitted handles and subtasks");
         eq(m.totals.rejected, res.refused, "metrics rejected vs refusals seen");
         eq(m.totals.refused_other, 0, "metrics refused_other");
-        eq(m.totals.succeeded, res.succeeded, "metrics succeeded vs handles");
-        eq(m.totals.dead_lettered, res.dead_lettered, "metrics dead_lettered vs handles");
-        eq(m.totals.cancelled, res.cancelled, "metrics cancelled vs handles");
+        eq(m.totals.succeeded, res.succeeded + shared.child_succeeded.load(),
+           "metrics succeeded vs handles");
+        eq(m.totals.dead_lettered, res.dead_lettered + shared.child_dead_lettered.load(),
+           "metrics dead_lettered vs handles");
+        eq(m.totals.cancelled, res.cancelled + shared.child_cancelled.load(),
+           "metrics cancelled vs handles");
         eq(m.totals.succeeded + m.totals.dead_lettered + m.totals.cancelled, m.totals.submitted,
            "terminal totals vs submitted");
         eq(m.totals.dead_letters_evicted + m.dead_letters, m.totals.dead_lettered,

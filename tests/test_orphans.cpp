@@ -228,3 +228,33 @@ TEST_CASE("shutdown does not wait for a taken-over orphan, which may outlive the
     REQUIRE(eventually([&] { return returned.load(); }));
     std::this_thread::sleep_for(20ms); // let the detached thread leave
 }
+
+TEST_CASE("a taken-over body keeps its group slot until it returns", "[orphans][groups]") {
+    auto cfg = one_worker();
+    cfg.max_workers = 2;
+    Sched sched{cfg};
+    const auto g = sched.group("db");
+    sched.set_group_limit(g, 1);
+    Gate gate;
+    std::atomic<int> runs{0};
+    auto h = sched.submit(
+        [&gate, &runs]() -> int {
+            if (++runs == 1)
+                gate.wait();
+            return 3;
+        },
+        {.timeout = 1000ms, .max_retries = 1, .group = g});
+    REQUIRE(h);
+    REQUIRE(eventually([&] { return runs == 1; }));
+    time_out_and_orphan(sched, 0);
+    REQUIRE(eventually([&] { return sched.metrics().totals.takeovers == 1; }));
+    // The retry is due at once, but the stuck body still holds the group's only slot.
+    std::this_thread::sleep_for(100ms);
+    CHECK(runs == 1);
+    CHECK(sched.group_stats(g).active == 1);
+    gate.open();
+    REQUIRE(h->wait_for(20s));
+    CHECK(h->get() == 3);
+    CHECK(runs == 2);
+    REQUIRE(eventually([&] { return sched.group_stats(g).active == 0; }));
+}

@@ -1171,7 +1171,8 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
         a.restore();
         if (a.abandoned) {
             // The watchdog ended this attempt while the body ignored its stop; the record is the
-            // retry's now. Drop the pin it took for us.
+            // retry's now. Give back the group slot the body held and the pin taken for us.
+            release_group(r);
             slab_->release(index);
             return;
         }
@@ -1216,7 +1217,7 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
     /// (local = nullptr).
     void conclude_failure(TaskRecord& r, std::uint32_t index, TaskId id, std::uint32_t attempt,
                           std::uint32_t s, std::exception_ptr error, std::int64_t start,
-                          std::int64_t end, WorkerLocal* local) {
+                          std::int64_t end, WorkerLocal* local, bool free_group_slot = true) {
         // Whatever a timed-out body threw on its way out (often its reaction to the stop), the
         // attempt failed because of the timeout.
         if ((s & stop_bits) == timed_out_bit)
@@ -1237,7 +1238,7 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
         // dead-lettered (its stop request may simply not have reached it yet).
         const bool can_retry = retryable && !discard_.load(std::memory_order_acquire);
         if (retryable && !can_retry) {
-            finish(r, index, s, TaskState::cancelled, end, local);
+            finish(r, index, s, TaskState::cancelled, end, local, free_group_slot);
             return;
         }
         if (can_retry && (s & cancel_requested_bit) == 0) {
@@ -1260,7 +1261,8 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
                         std::memory_order_acq_rel)) {
                     waiting_retry_.fetch_add(1, std::memory_order_acq_rel);
                     retries_.fetch_add(1, std::memory_order_relaxed);
-                    release_group(r);
+                    if (free_group_slot)
+                        release_group(r);
                     timers_.add(due, index);
                     return;
                 }
@@ -1274,7 +1276,7 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
                !r.state.compare_exchange_weak(s, s | ending_bit, std::memory_order_acq_rel)) {
         }
         if ((s & cancel_requested_bit) != 0) {
-            finish(r, index, s, TaskState::cancelled, end, local);
+            finish(r, index, s, TaskState::cancelled, end, local, free_group_slot);
             return;
         }
         // The hook runs while this thread still owns the record and before the task is visibly
@@ -1296,7 +1298,7 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
         r.refs.fetch_add(1, std::memory_order_relaxed);
         if (const auto evicted = dead_letters_.add(id))
             slab_->release(evicted->index());
-        finish(r, index, s, TaskState::dead_lettered, end, local);
+        finish(r, index, s, TaskState::dead_lettered, end, local, free_group_slot);
     }
 
     /// An event built by a thread that does not own the record (the tick, shutdown): the name is
@@ -1334,13 +1336,15 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
     /// Ends a running task: the wanted state, or cancelled if a cancel was requested meanwhile.
     /// Returns whether the task ended in `wanted`.
     bool finish(TaskRecord& r, std::uint32_t index, std::uint32_t s, TaskState wanted,
-                std::int64_t end, WorkerLocal* local) {
+                std::int64_t end, WorkerLocal* local, bool free_group_slot = true) {
         TaskState final_state = wanted;
         r.finish_ns.store(end, std::memory_order_relaxed);
         if ((s & cancel_requested_bit) != 0)
             r.destroy_content(); // a cancelled task's callable (or value) serves no one now
         // The body has returned: its group slot is free before anyone can see the task ended.
-        release_group(r);
+        // (After a takeover the stuck body still holds it; its orphan frees it on return.)
+        if (free_group_slot)
+            release_group(r);
         for (;;) {
             final_state = (s & cancel_requested_bit) != 0 ? TaskState::cancelled : wanted;
             // Counted before publishing, so whoever sees the terminal state sees the totals.
@@ -1670,9 +1674,12 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
         const auto s = r.state.load(std::memory_order_acquire);
         if (r.group != 0 && (s & cancel_requested_bit) == 0)
             group_attempt(groups_[r.group], false, now);
+        // The group slot stays with the stuck body (a group limit often stands for a resource
+        // the body still holds): the retry waits for a slot like any other task of the group.
         conclude_failure(r, o.id.index(), o.id, attempt, s,
                          std::make_exception_ptr(TaskTimedOut(r.timeout_ms)),
-                         r.start_ns.load(std::memory_order_relaxed), now, nullptr);
+                         r.start_ns.load(std::memory_order_relaxed), now, nullptr,
+                         /*free_group_slot=*/false);
         // The orphan's place in the pool is free: queued work need not wait for it.
         pool_.notify_work();
     }
