@@ -81,19 +81,20 @@ int main(int argc, char** argv) {
                 "  submits        %llu (admitted %llu, rejected %llu)\n"
                 "  cancels        %llu (accepted %llu)\n"
                 "  queries        %llu\n"
-                "  submitted      %llu\n"
+                "  submitted      %llu (subtasks and joins %llu)\n"
                 "  succeeded      %llu\n"
                 "  dead-lettered  %llu\n"
                 "  cancelled      %llu\n"
                 "  rejected       %llu\n"
                 "  retries        %llu\n"
-                "  timeouts       %llu\n"
+                "  timeouts       %llu (taken over %llu)\n"
                 "  elapsed        %.1f s\n"
                 "  ops/s          %.0f\n",
                 u(r.operations), u(r.submits), u(r.admitted), u(r.refused), u(r.cancels),
-                u(r.cancels_accepted), u(r.queries), u(r.totals.submitted), u(r.totals.succeeded),
-                u(r.totals.dead_lettered), u(r.totals.cancelled), u(r.totals.rejected),
-                u(r.totals.retries), u(r.totals.timeouts), r.elapsed_s,
+                u(r.cancels_accepted), u(r.queries), u(r.totals.submitted), u(r.totals.subtasks),
+                u(r.totals.succeeded), u(r.totals.dead_lettered), u(r.totals.cancelled),
+                u(r.totals.rejected), u(r.totals.retries), u(r.totals.timeouts),
+                u(r.totals.takeovers), r.elapsed_s,
                 r.elapsed_s > 0 ? static_cast<double>(r.operations) / r.elapsed_s : 0.0);
     if (!r.ok()) {
         std::printf("FAILED: %llu invariant violation(s)%s\n", u(r.violations),
