@@ -398,3 +398,18 @@ TEST_CASE("a helping wait runs the tasks its worker reserved, the awaited one am
     REQUIRE(waiter->wait_for(30s));
     CHECK(waiter->get() == 2);
 }
+
+TEST_CASE("a task waiting on a queued top-level task runs it itself, even on one worker",
+          "[subtasks]") {
+    ax::Scheduler sched{workers(1)};
+    Gate gate;
+    auto target = std::make_shared<std::optional<ax::TaskHandle<int>>>();
+    REQUIRE(sched.post([&gate] { gate.wait(); })); // holds the only worker meanwhile
+    auto waiter = sched.submit([target] { return (*target)->get() + 1; });
+    auto awaited = sched.submit([] { return 41; }, {.priority = ax::Priority::low});
+    REQUIRE((waiter && awaited));
+    target->emplace(std::move(*awaited));
+    gate.open();
+    REQUIRE(waiter->wait_for(30s)); // hang guard: without helping this is a deadlock
+    CHECK(waiter->get() == 42);
+}

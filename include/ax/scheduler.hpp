@@ -98,6 +98,8 @@ inline ErrorText describe_exception(const std::exception_ptr& e) {
 inline thread_local const void* current_worker_owner = nullptr;
 /// The pool Worker the current thread is (for a helping wait to run subtasks on).
 inline thread_local void* current_worker_slot = nullptr;
+/// How deeply helping waits are nested on this thread.
+inline thread_local std::uint32_t help_depth = 0;
 
 /// The scheduler's shared state. Scheduler owns it through a shared_ptr; see docs/design.md for
 /// who calls what, and under which lock.
@@ -213,7 +215,7 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
                 return true;
             if (deadline != nullptr && std::chrono::steady_clock::now() >= *deadline)
                 return false;
-            if (w != nullptr && run_subtask(*w)) {
+            if (w != nullptr && help_one(*w)) {
                 backoff = std::chrono::microseconds(50);
                 continue;
             }
@@ -824,6 +826,18 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
         return std::nullopt;
     }
 
+    /// Pops the subtask lane's head (none if empty).
+    std::uint32_t pop_subtask() {
+        Links links{slab_.get()};
+        std::lock_guard lock(dispatch_mutex_);
+        if (subtasks_.empty())
+            return none;
+        const std::uint32_t i = subtasks_.pop_front(links);
+        subtask_lane_count_.store(static_cast<std::uint32_t>(subtasks_.size()),
+                                  std::memory_order_seq_cst);
+        return i;
+    }
+
     /// Returns tasks a worker reserved but will not run now to the front of their lanes (still
     /// `queued` all along), with the group slots they held.
     void give_back_reserved(WorkerLocal& local) {
@@ -945,25 +959,33 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
         retire(j, nullptr);
     }
 
+    /// Helping waits nest (a task run while waiting may wait and help in turn); past this depth
+    /// a wait helps only with its own reservations and subtasks, so the stack stays bounded.
+    static constexpr std::uint32_t max_help_depth = 16;
+
     /// Runs one task nested in a helping wait on this worker: first one this worker reserved
     /// before the waiting task started (nobody else will run those, and the awaited task may be
-    /// among them), else a subtask from the lane. False if there was neither.
-    bool run_subtask(Worker& w) {
+    /// among them), else a subtask from the lane, else (not too deeply nested) the next queued
+    /// task in ring order, which may be the awaited one. False if there was none.
+    bool help_one(Worker& w) {
         WorkerLocal& local = w.local;
         std::uint32_t i = none;
-        if (local.next < local.reserved) {
+        if (local.next < local.reserved)
             i = local.batch[local.next++];
-        } else {
-            if (subtask_lane_count_.load(std::memory_order_acquire) == 0)
-                return false;
-            Links links{slab_.get()};
-            std::lock_guard lock(dispatch_mutex_);
-            if (subtasks_.empty())
-                return false;
-            i = subtasks_.pop_front(links);
-            subtask_lane_count_.store(static_cast<std::uint32_t>(subtasks_.size()),
-                                      std::memory_order_seq_cst);
+        if (i == none && subtask_lane_count_.load(std::memory_order_acquire) != 0)
+            i = pop_subtask();
+        if (i == none && help_depth < max_help_depth && has_work()) {
+            local.next = local.reserved = 0;
+            dispatch_fill(now_ns(), local);
+            if (local.reserved != 0)
+                i = local.batch[local.next++];
         }
+        if (i == none)
+            return false;
+        ++help_depth;
+        struct Depth {
+            ~Depth() { --help_depth; }
+        } depth;
         if (try_start(i, w.local))
             execute(i, w, now_ns());
         return true;

@@ -951,8 +951,9 @@ template <class R> class TaskHandle {
     [[nodiscard]] bool ready() const noexcept { return is_terminal(state()); }
 
     /// Blocks until the task is terminal. On a worker thread of the scheduler that runs the task,
-    /// the wait helps instead of only blocking: it runs pending subtasks meanwhile, so a parent
-    /// waiting for its children cannot deadlock the pool, even with max_workers = 1.
+    /// the wait helps instead of only blocking: it runs its worker's reserved tasks, pending
+    /// subtasks and (up to 16 nested waits deep) queued tasks meanwhile, so a parent waiting for
+    /// its children cannot deadlock the pool, even with max_workers = 1.
     void wait() const {
         if (auto* host = helper())
             host->help_wait(*record_, id_.index(), nullptr);
