@@ -416,9 +416,7 @@ inline Kind draw_kind(std::mt19937& rng) {
         return Kind::heartbeat;
     if (r < 9'997)
         return Kind::time_out;
-    if (r < 9'999)
-        return Kind::ignore_stop;
-    return Kind::subtasks;
+    return Kind::ignore_stop;
 }
 
 } // namespace detail

@@ -846,7 +846,6 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
             return;
         }
         Links links{slab_.get()};
-        std::uint32_t moved = 0;
         {
             std::lock_guard lock(dispatch_mutex_);
             // Back to front, so they keep their order at the head of their lanes.
@@ -858,14 +857,12 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
                     unpark_locked(groups_[r.group]);
                 }
                 lanes_.push_front(links, i, r.priority);
-                ++moved;
             }
             lanes_count_.store(static_cast<std::uint32_t>(lanes_.size()),
                                std::memory_order_seq_cst);
         }
         local.next = local.reserved = 0;
-        if (moved != 0)
-            pool_.notify_all();
+        pool_.notify_all();
     }
 
     /// Queues a subtask in the subtask lane (first attempt or retry).
