@@ -1,11 +1,20 @@
-// ax benchmarks — ax_micro: Google Benchmark micro-benchmarks of ax's hot paths against peers, all
-// in one binary so ratios come from one run on one machine:
-//   * the double-buffer queue (try_push + swap) vs std::deque + std::mutex
-//   * submit throughput, one and several producers (post() of an empty lambda)
-//   * end-to-end throughput of 1M tiny tasks: ax vs asio::thread_pool, oneTBB task_group, and a
-//     mutex + condvar pool, all on hardware_concurrency threads
-//   * idle submit-to-start latency p50/p99 (counters)
-//   * bytes of memory per queued task (counters; ax's task record is 128 B), run first
+// ax benchmarks — ax_micro: ax's hot path against the peers a user would reach for, in one process
+// with rounds interleaved, so ratios come from one run on one machine.
+//
+// Default mode prints one table (medians of --reps rounds, each round runs every case once, the
+// order rotated per round so no side always goes first):
+//   * 1M tiny tasks (an atomic increment each) into 2 workers, from one producer thread and from
+//     two: ax with a fixed pool of 2 and a queue large enough that it never refuses; ax with its
+//     default Config and a producer that obeys retry_after; the textbook mutex + condvar +
+//     std::deque<std::function> pool (naive_pool.hpp); oneTBB task_group; asio::thread_pool
+//   * idle submit-to-start p50 / p99: single submits 200 µs apart into an idle pool
+//   * post() throughput: one producer posting into a queue that one worker drains
+//   * memory per queued task, the queue's share included (one worker blocked, 100k tasks queued)
+// Each throughput row also reports CPU time per task and context switches per 1000 tasks
+// (getrusage over the round), which say where the time went when wall time alone is noise.
+//
+// `ax_micro --gbench [Google Benchmark flags]` runs the component micro-benchmarks instead (the
+// double-buffer queue vs deque + mutex, post() with 1/2/4 producers).
 // SPDX-License-Identifier: MIT
 
 #include "ax/scheduler.hpp"
@@ -16,12 +25,17 @@
 #include <benchmark/benchmark.h>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <fstream>
 #include <functional>
 #include <malloc.h>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <sys/resource.h>
 #include <thread>
 #include <unistd.h>
 #include <vector>
@@ -39,34 +53,319 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
-unsigned hw_threads() {
-    const unsigned n = std::thread::hardware_concurrency();
-    return n == 0 ? 1 : n;
-}
-
 std::int64_t now_ns() {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
         .count();
 }
 
-/// A Config for throughput runs: a fixed pool of hardware_concurrency workers and a queue large
-/// enough that backpressure never triggers (soft limit off).
-ax::Config throughput_config(std::uint32_t workers = hw_threads()) {
+/// Run parameters (command line).
+struct Options {
+    int reps = 5;
+    std::uint64_t tasks = 1'000'000;
+    std::uint32_t workers = 2;
+    int latency_samples = 2000;
+    std::chrono::microseconds latency_gap{200};
+    std::uint64_t queued_tasks = 100'000;
+    std::string only; // comma-separated sections: e2e, e2e2, idle, post, mem (empty: all)
+    std::string impl; // only cases whose implementation name contains this (empty: all)
+    bool wants(const char* section) const {
+        return only.empty() ||
+               ("," + only + ",").find(std::string(",") + section + ",") != std::string::npos;
+    }
+};
+
+/// A Config for the fixed-pool cases: `workers` threads and a queue large enough that
+/// backpressure never triggers (soft limit off).
+ax::Config fixed_config(std::uint32_t workers, std::uint32_t capacity = 1u << 22) {
     ax::Config cfg;
     cfg.min_workers = workers;
     cfg.max_workers = workers;
-    cfg.queue_capacity = 1u << 20;
+    cfg.queue_capacity = capacity;
     cfg.soft_limit_ratio = 1.0;
     return cfg;
 }
 
+/// Process CPU time and context switches (getrusage), for per-task costs over a round.
+struct Usage {
+    double cpu_s = 0;
+    double voluntary = 0;
+    double involuntary = 0;
+    static Usage now() {
+        rusage ru{};
+        ::getrusage(RUSAGE_SELF, &ru);
+        Usage u;
+        u.cpu_s = static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+                  static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+        u.voluntary = static_cast<double>(ru.ru_nvcsw);
+        u.involuntary = static_cast<double>(ru.ru_nivcsw);
+        return u;
+    }
+};
+
+/// Time this thread spent runnable but waiting for a CPU (ns, /proc/thread-self/schedstat): how
+/// much the workers' spinning and the other threads kept the producer off the cores.
+double runqueue_wait_ns() {
+    std::ifstream in("/proc/thread-self/schedstat");
+    double run = 0, wait = 0;
+    in >> run >> wait;
+    return wait;
+}
+
+/// One measurement of one case in one round: the headline value plus diagnostics.
+struct Sample {
+    double value = 0;  // M tasks/s, µs, or bytes
+    double value2 = 0; // p99 for latency rows, RSS for memory rows
+    double cpu_ns = 0; // process CPU time per task
+    double vcsw_k = 0; // voluntary context switches per 1000 tasks
+    double icsw_k = 0; // involuntary context switches per 1000 tasks
+    double rq_ns = 0;  // the (first) producer's run-queue wait per task
+    std::uint64_t refused = 0;
+};
+
 // ---------------------------------------------------------------------------------------------
-// 0. Memory per queued task (registered first, so it runs in a fresh heap): block the only worker,
-// queue 100k tasks (8-byte capture), and divide
-//    the growth of resident memory (RSS) and of malloc'ed bytes (mallinfo2) by the task count.
+// 1M tiny tasks
 // ---------------------------------------------------------------------------------------------
 
-constexpr std::uint64_t queued_tasks = 100'000;
+struct alignas(64) Countdown {
+    std::atomic<std::uint64_t> left{0};
+    alignas(64) std::atomic<bool> finished{false};
+
+    void reset(std::uint64_t n) {
+        left.store(n, std::memory_order_relaxed);
+        finished.store(false, std::memory_order_release);
+    }
+    void hit() {
+        if (left.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+            finished.store(true, std::memory_order_release);
+            finished.notify_one();
+        }
+    }
+    void wait() { finished.wait(false, std::memory_order_acquire); }
+};
+
+/// Runs `producers` threads that each call submit(c, n) for their share of `tasks`, then waits
+/// for the countdown (and `join()` of each producer's own work, for TBB). Timed from the release
+/// of the producers to the last task's end.
+template <class Submit> Sample e2e(std::uint64_t tasks, int producers, Submit&& submit) {
+    Countdown c;
+    // Warm-up, untimed: threads started, first slab chunks and queue pages touched.
+    c.reset(10'000);
+    submit(c, 10'000, 0);
+    c.wait();
+
+    c.reset(tasks);
+    std::atomic<int> ready{0};
+    std::atomic<bool> go{false};
+    std::vector<std::thread> threads;
+    for (int p = 1; p < producers; ++p)
+        threads.emplace_back([&, p] {
+            ready.fetch_add(1);
+            while (!go.load(std::memory_order_acquire))
+                std::this_thread::yield();
+            submit(c, tasks / producers, p);
+        });
+    while (ready.load() != producers - 1)
+        std::this_thread::yield();
+    const Usage u0 = Usage::now();
+    const double rq0 = runqueue_wait_ns();
+    const auto t0 = Clock::now();
+    go.store(true, std::memory_order_release);
+    submit(c, tasks - (tasks / producers) * (producers - 1), 0);
+    const double rq1 = runqueue_wait_ns();
+    for (auto& t : threads)
+        t.join();
+    c.wait();
+    const auto t1 = Clock::now();
+    const Usage u1 = Usage::now();
+    Sample s;
+    s.value = static_cast<double>(tasks) / std::chrono::duration<double>(t1 - t0).count() / 1e6;
+    s.cpu_ns = (u1.cpu_s - u0.cpu_s) * 1e9 / static_cast<double>(tasks);
+    s.vcsw_k = (u1.voluntary - u0.voluntary) * 1000.0 / static_cast<double>(tasks);
+    s.icsw_k = (u1.involuntary - u0.involuntary) * 1000.0 / static_cast<double>(tasks);
+    s.rq_ns = (rq1 - rq0) / static_cast<double>(tasks / producers);
+    return s;
+}
+
+Sample e2e_ax_fixed(const Options& o, int producers) {
+    ax::Scheduler<> sched(fixed_config(o.workers));
+    std::atomic<std::uint64_t> refused{0};
+    auto s = e2e(o.tasks, producers, [&](Countdown& c, std::uint64_t n, int) {
+        for (std::uint64_t i = 0; i < n; ++i) {
+            while (!sched.post([&c] { c.hit(); })) {
+                refused.fetch_add(1, std::memory_order_relaxed);
+                std::this_thread::yield();
+            }
+        }
+    });
+    s.refused = refused.load();
+    return s;
+}
+
+/// What a real user runs: the default Config, and a producer that sleeps retry_after whenever a
+/// submit is refused, as the API asks.
+Sample e2e_ax_default(const Options& o, int producers) {
+    ax::Scheduler<> sched;
+    std::atomic<std::uint64_t> refused{0};
+    auto s = e2e(o.tasks, producers, [&](Countdown& c, std::uint64_t n, int) {
+        for (std::uint64_t i = 0; i < n; ++i) {
+            for (;;) {
+                auto r = sched.post([&c] { c.hit(); });
+                if (r)
+                    break;
+                refused.fetch_add(1, std::memory_order_relaxed);
+                if (!r.error().retryable())
+                    std::abort();
+                std::this_thread::sleep_for(r.error().retry_after);
+            }
+        }
+    });
+    s.refused = refused.load();
+    return s;
+}
+
+Sample e2e_naive(const Options& o, int producers) {
+    ax_bench::NaivePool pool(o.workers);
+    return e2e(o.tasks, producers, [&](Countdown& c, std::uint64_t n, int) {
+        for (std::uint64_t i = 0; i < n; ++i)
+            pool.submit([&c] { c.hit(); });
+    });
+}
+
+#if AX_BENCH_HAVE_ASIO
+Sample e2e_asio(const Options& o, int producers) {
+    asio::thread_pool pool(o.workers);
+    auto s = e2e(o.tasks, producers, [&](Countdown& c, std::uint64_t n, int) {
+        for (std::uint64_t i = 0; i < n; ++i)
+            asio::post(pool, [&c] { c.hit(); });
+    });
+    pool.join();
+    return s;
+}
+#endif
+
+#if AX_BENCH_HAVE_TBB
+/// oneTBB as intended: each producer runs its share through its own task_group and joins in with
+/// wait(); the arena is limited to `workers` threads (the waiting producer counts as one).
+Sample e2e_tbb(const Options& o, int producers) {
+    tbb::global_control limit(tbb::global_control::max_allowed_parallelism, o.workers);
+    return e2e(o.tasks, producers, [&](Countdown& c, std::uint64_t n, int) {
+        tbb::task_group tg;
+        for (std::uint64_t i = 0; i < n; ++i)
+            tg.run([&c] { c.hit(); });
+        tg.wait();
+    });
+}
+#endif
+
+// ---------------------------------------------------------------------------------------------
+// Idle submit-to-start
+// ---------------------------------------------------------------------------------------------
+
+struct StartProbe {
+    std::atomic<std::int64_t> started{0};
+    std::atomic<bool> flag{false};
+    void body() {
+        started.store(now_ns(), std::memory_order_relaxed);
+        flag.store(true, std::memory_order_release);
+        flag.notify_one();
+    }
+};
+
+/// Single submits `gap` apart into an idle pool: time from just before the submit call to the
+/// first statement of the body. Returns p50 in value, p99 in value2.
+template <class Submit> Sample idle_latency(const Options& o, Submit&& submit) {
+    std::vector<double> us;
+    us.reserve(static_cast<std::size_t>(o.latency_samples));
+    StartProbe p;
+    for (int i = 0; i < o.latency_samples; ++i) {
+        std::this_thread::sleep_for(o.latency_gap);
+        p.flag.store(false, std::memory_order_relaxed);
+        const auto t = now_ns();
+        submit(p);
+        p.flag.wait(false, std::memory_order_acquire);
+        us.push_back(static_cast<double>(p.started.load(std::memory_order_relaxed) - t) / 1e3);
+    }
+    std::sort(us.begin(), us.end());
+    auto pct = [&](double q) {
+        return us[std::min(us.size() - 1,
+                           static_cast<std::size_t>(q * static_cast<double>(us.size())))];
+    };
+    Sample s;
+    s.value = pct(0.50);
+    s.value2 = pct(0.99);
+    return s;
+}
+
+Sample idle_ax(const Options& o, const ax::Config& cfg) {
+    ax::Scheduler<> sched(cfg);
+    std::this_thread::sleep_for(20ms); // let the workers park
+    return idle_latency(o, [&](StartProbe& p) {
+        if (!sched.post([&p] { p.body(); }))
+            std::abort();
+    });
+}
+
+Sample idle_naive(const Options& o) {
+    ax_bench::NaivePool pool(o.workers);
+    std::this_thread::sleep_for(20ms);
+    return idle_latency(o, [&](StartProbe& p) { pool.submit([&p] { p.body(); }); });
+}
+
+// ---------------------------------------------------------------------------------------------
+// post() throughput: one producer, one worker draining
+// ---------------------------------------------------------------------------------------------
+
+template <class Post, class Drain> Sample post_rate(std::uint64_t n, Post&& post, Drain&& drain) {
+    std::atomic<std::uint64_t> sink{0};
+    const Usage u0 = Usage::now();
+    const double rq0 = runqueue_wait_ns();
+    const auto t0 = Clock::now();
+    for (std::uint64_t i = 0; i < n; ++i)
+        post([&sink] { sink.fetch_add(1, std::memory_order_relaxed); });
+    const auto t1 = Clock::now();
+    const double rq1 = runqueue_wait_ns();
+    const Usage u1 = Usage::now();
+    drain(sink, n);
+    Sample s;
+    s.value = static_cast<double>(n) / std::chrono::duration<double>(t1 - t0).count() / 1e6;
+    s.cpu_ns = (u1.cpu_s - u0.cpu_s) * 1e9 / static_cast<double>(n);
+    s.vcsw_k = (u1.voluntary - u0.voluntary) * 1000.0 / static_cast<double>(n);
+    s.icsw_k = (u1.involuntary - u0.involuntary) * 1000.0 / static_cast<double>(n);
+    s.rq_ns = (rq1 - rq0) / static_cast<double>(n);
+    return s;
+}
+
+void wait_sink(std::atomic<std::uint64_t>& sink, std::uint64_t n) {
+    while (sink.load(std::memory_order_relaxed) < n)
+        std::this_thread::sleep_for(100us);
+}
+
+Sample post_ax(const Options& o) {
+    ax::Scheduler<> sched(fixed_config(1));
+    std::uint64_t refused = 0;
+    auto s = post_rate(
+        o.tasks,
+        [&](auto&& f) {
+            while (!sched.post(f)) {
+                ++refused;
+                std::this_thread::yield();
+            }
+        },
+        wait_sink);
+    s.refused = refused;
+    return s;
+}
+
+Sample post_naive(const Options& o) {
+    ax_bench::NaivePool pool(1);
+    return post_rate(
+        o.tasks, [&](auto&& f) { pool.submit(f); }, wait_sink);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Memory per queued task: measured from before the pool is built, so the queue's own storage
+// (ax reserves queue_capacity up front; it is set to the number of tasks queued here) counts.
+// ---------------------------------------------------------------------------------------------
 
 double rss_bytes() {
     std::ifstream in("/proc/self/statm");
@@ -80,72 +379,347 @@ double heap_bytes() {
     return static_cast<double>(m.uordblks) + static_cast<double>(m.hblkhd);
 }
 
-void BM_MemoryPerQueuedTask_Ax(benchmark::State& state) {
-    for (auto _ : state) {
-        ax::Config cfg = throughput_config(1);
-        ax::Scheduler<> sched(cfg);
-        std::atomic<bool> release{false}, running{false};
-        auto b = sched.post([&] {
-            running.store(true);
-            running.notify_one();
-            release.wait(false);
+template <class Make, class Post>
+Sample memory_per_task(std::uint64_t n, Make&& make, Post&& post) {
+    ::malloc_trim(0);
+    const double rss0 = rss_bytes(), heap0 = heap_bytes();
+    auto pool = make();
+    std::atomic<bool> release{false}, running{false};
+    post(*pool, [&] {
+        running.store(true);
+        running.notify_one();
+        release.wait(false);
+    });
+    running.wait(false);
+    std::atomic<std::uint64_t> sink{0};
+    for (std::uint64_t i = 0; i < n; ++i)
+        post(*pool, [&sink] { sink.fetch_add(1, std::memory_order_relaxed); });
+    const double rss1 = rss_bytes(), heap1 = heap_bytes();
+    release.store(true);
+    release.notify_one();
+    pool.reset();
+    Sample s;
+    s.value = (heap1 - heap0) / static_cast<double>(n);
+    s.value2 = (rss1 - rss0) / static_cast<double>(n);
+    return s;
+}
+
+Sample memory_ax(const Options& o) {
+    return memory_per_task(
+        o.queued_tasks,
+        [&] {
+            return std::make_unique<ax::Scheduler<>>(
+                fixed_config(1, static_cast<std::uint32_t>(o.queued_tasks + 1)));
+        },
+        [](ax::Scheduler<>& s, auto&& f) {
+            if (!s.post(std::forward<decltype(f)>(f)))
+                std::abort();
         });
-        if (!b)
-            state.SkipWithError("blocker refused");
-        running.wait(false);
-        std::atomic<std::uint64_t> sink{0};
-        ::malloc_trim(0); // hand freed pages back so RSS growth is not absorbed by reuse
-        const double rss0 = rss_bytes(), heap0 = heap_bytes();
-        for (std::uint64_t i = 0; i < queued_tasks; ++i) {
-            auto r = sched.post([&sink] { sink.fetch_add(1, std::memory_order_relaxed); });
-            if (!r)
-                state.SkipWithError("post refused");
+}
+
+Sample memory_naive(const Options& o) {
+    return memory_per_task(
+        o.queued_tasks, [] { return std::make_unique<ax_bench::NaivePool>(1); },
+        [](ax_bench::NaivePool& p, auto&& f) { p.submit(std::forward<decltype(f)>(f)); });
+}
+
+// ---------------------------------------------------------------------------------------------
+// The table
+// ---------------------------------------------------------------------------------------------
+
+enum class Kind { throughput, latency, memory };
+
+struct Case {
+    std::string measure; // row group
+    std::string impl;
+    bool is_ax = false;
+    Kind kind = Kind::throughput;
+    std::function<Sample()> run;
+    std::vector<Sample> samples;
+};
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const std::size_t n = v.size();
+    return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2.0;
+}
+
+template <class Get> double med(const Case& c, Get&& get) {
+    std::vector<double> v;
+    for (const auto& s : c.samples)
+        v.push_back(get(s));
+    return median(std::move(v));
+}
+
+std::string load_avg() {
+    std::ifstream in("/proc/loadavg");
+    std::string a, b, c;
+    in >> a >> b >> c;
+    return a + " " + b + " " + c;
+}
+
+void print_table(const std::vector<Case>& cases, const Options& o) {
+    std::printf("\n| measure | implementation | median | min – max | vs best peer | CPU ns/task | "
+                "producer run-queue wait ns/task | csw/1k tasks (vol / invol) | notes |\n");
+    std::printf("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n");
+    for (std::size_t i = 0; i < cases.size();) {
+        std::size_t j = i;
+        while (j < cases.size() && cases[j].measure == cases[i].measure)
+            ++j;
+        // Best peer (non-ax) in this group: highest throughput, lowest latency / memory.
+        double best = 0;
+        bool have_best = false;
+        for (std::size_t k = i; k < j; ++k) {
+            if (cases[k].is_ax || cases[k].samples.empty())
+                continue;
+            const double m = med(cases[k], [](const Sample& s) { return s.value; });
+            if (!have_best || (cases[k].kind == Kind::throughput ? m > best : m < best))
+                best = m;
+            have_best = true;
         }
-        const double rss1 = rss_bytes(), heap1 = heap_bytes();
-        release.store(true);
-        release.notify_one();
-        sched.shutdown();
-        state.counters["rss_B_per_task"] = (rss1 - rss0) / queued_tasks;
-        state.counters["heap_B_per_task"] = (heap1 - heap0) / queued_tasks;
-        state.counters["record_B"] = sizeof(ax::detail::TaskRecord);
+        for (std::size_t k = i; k < j; ++k) {
+            const Case& c = cases[k];
+            if (c.samples.empty())
+                continue;
+            std::vector<double> v;
+            for (const auto& s : c.samples)
+                v.push_back(s.value);
+            const double m = median(v);
+            const double lo = *std::min_element(v.begin(), v.end());
+            const double hi = *std::max_element(v.begin(), v.end());
+            char ratio[32] = "";
+            if (c.is_ax && have_best && best > 0 && c.kind != Kind::memory)
+                std::snprintf(ratio, sizeof ratio, "%.2f×",
+                              c.kind == Kind::throughput ? m / best : best / m);
+            std::string notes;
+            char buf[96];
+            if (c.kind == Kind::latency) {
+                std::snprintf(
+                    buf, sizeof buf, "p99 %.1f µs (min–max %.1f – %.1f)",
+                    med(c, [](const Sample& s) { return s.value2; }),
+                    std::min_element(c.samples.begin(), c.samples.end(),
+                                     [](auto& a, auto& b) { return a.value2 < b.value2; })
+                        ->value2,
+                    std::max_element(c.samples.begin(), c.samples.end(), [](auto& a, auto& b) {
+                        return a.value2 < b.value2;
+                    })->value2);
+                notes = buf;
+            } else if (c.kind == Kind::memory) {
+                std::snprintf(buf, sizeof buf, "RSS %.1f B/task",
+                              med(c, [](const Sample& s) { return s.value2; }));
+                notes = buf;
+            }
+            const double refused = med(c, [](const Sample& s) { return double(s.refused); });
+            if (refused > 0) {
+                std::snprintf(buf, sizeof buf, "%s%.0f refusals obeyed", notes.empty() ? "" : "; ",
+                              refused);
+                notes += buf;
+            }
+            const char* unit = c.kind == Kind::throughput ? " M/s"
+                               : c.kind == Kind::latency  ? " µs"
+                                                          : " B";
+            const int prec = c.kind == Kind::memory ? 1 : 2;
+            char cpu[32] = "", csw[48] = "", rq[32] = "";
+            if (c.kind == Kind::throughput) {
+                std::snprintf(cpu, sizeof cpu, "%.0f",
+                              med(c, [](const Sample& s) { return s.cpu_ns; }));
+                std::snprintf(rq, sizeof rq, "%.0f",
+                              med(c, [](const Sample& s) { return s.rq_ns; }));
+                std::snprintf(csw, sizeof csw, "%.2f / %.2f",
+                              med(c, [](const Sample& s) { return s.vcsw_k; }),
+                              med(c, [](const Sample& s) { return s.icsw_k; }));
+            }
+            std::printf("| %s | %s | %.*f%s | %.*f – %.*f | %s | %s | %s | %s | %s |\n",
+                        c.measure.c_str(), c.impl.c_str(), prec, m, unit, prec, lo, prec, hi, ratio,
+                        cpu, rq, csw, notes.c_str());
+        }
+        i = j;
     }
+    std::printf("\n%d rounds, interleaved (case order rotated each round); %llu tasks per "
+                "throughput round; %u workers; idle: %d submits %lld µs apart; memory: %llu "
+                "tasks queued behind one blocked worker.\n",
+                o.reps, static_cast<unsigned long long>(o.tasks), o.workers, o.latency_samples,
+                static_cast<long long>(o.latency_gap.count()),
+                static_cast<unsigned long long>(o.queued_tasks));
 }
-BENCHMARK(BM_MemoryPerQueuedTask_Ax)->Iterations(1)->Unit(benchmark::kMillisecond);
 
-void BM_MemoryPerQueuedTask_NaivePool(benchmark::State& state) {
-    for (auto _ : state) {
-        ax_bench::NaivePool pool(1);
-        std::atomic<bool> release{false}, running{false};
-        pool.submit([&] {
-            running.store(true);
-            running.notify_one();
-            release.wait(false);
-        });
-        running.wait(false);
-        std::atomic<std::uint64_t> sink{0};
-        ::malloc_trim(0); // hand freed pages back so RSS growth is not absorbed by reuse
-        const double rss0 = rss_bytes(), heap0 = heap_bytes();
-        for (std::uint64_t i = 0; i < queued_tasks; ++i)
-            pool.submit([&sink] { sink.fetch_add(1, std::memory_order_relaxed); });
-        const double rss1 = rss_bytes(), heap1 = heap_bytes();
-        release.store(true);
-        release.notify_one();
-        state.counters["rss_B_per_task"] = (rss1 - rss0) / queued_tasks;
-        state.counters["heap_B_per_task"] = (heap1 - heap0) / queued_tasks;
-        state.counters["record_B"] = sizeof(std::function<void()>);
-    }
+int usage(const char* argv0) {
+    std::printf("usage: %s [--reps N] [--tasks N] [--workers N] [--samples N] [--gap-us N]\n"
+                "          [--queued N] [--only e2e,e2e2,idle,post,mem] [--impl SUBSTRING]\n"
+                "       %s --gbench [Google Benchmark flags]   component micro-benchmarks\n",
+                argv0, argv0);
+    return 2;
 }
-BENCHMARK(BM_MemoryPerQueuedTask_NaivePool)->Iterations(1)->Unit(benchmark::kMillisecond);
+
+int run_table(int argc, char** argv) {
+    Options o;
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        auto next = [&]() -> const char* {
+            if (i + 1 >= argc) {
+                std::fprintf(stderr, "ax_micro: %s needs a value\n", a.c_str());
+                std::exit(usage(argv[0]));
+            }
+            return argv[++i];
+        };
+        auto num = [&]() -> long long {
+            const char* v = next();
+            char* end = nullptr;
+            const long long n = std::strtoll(v, &end, 10);
+            if (end == v || *end != '\0' || n <= 0) {
+                std::fprintf(stderr, "ax_micro: %s wants a positive integer, got '%s'\n", a.c_str(),
+                             v);
+                std::exit(usage(argv[0]));
+            }
+            return n;
+        };
+        if (a == "--reps")
+            o.reps = static_cast<int>(num());
+        else if (a == "--tasks")
+            o.tasks = static_cast<std::uint64_t>(num());
+        else if (a == "--workers")
+            o.workers = static_cast<std::uint32_t>(num());
+        else if (a == "--samples")
+            o.latency_samples = static_cast<int>(num());
+        else if (a == "--gap-us")
+            o.latency_gap = std::chrono::microseconds(num());
+        else if (a == "--queued")
+            o.queued_tasks = static_cast<std::uint64_t>(num());
+        else if (a == "--only")
+            o.only = next();
+        else if (a == "--impl")
+            o.impl = next();
+        else if (a == "--help" || a == "-h")
+            return usage(argv[0]), 0;
+        else {
+            std::fprintf(stderr, "ax_micro: unknown argument '%s'\n", a.c_str());
+            return usage(argv[0]);
+        }
+    }
+
+    std::vector<Case> cases;
+    // Memory first, on a heap no other case has fragmented yet; it does not vary between rounds,
+    // so it runs once.
+    std::vector<Case> memory;
+    if (o.wants("mem")) {
+        memory.push_back({"memory per queued task (heap)",
+                          "ax",
+                          true,
+                          Kind::memory,
+                          [&] { return memory_ax(o); },
+                          {}});
+        memory.push_back({"memory per queued task (heap)",
+                          "mutex pool",
+                          false,
+                          Kind::memory,
+                          [&] { return memory_naive(o); },
+                          {}});
+    }
+    for (int producers : {1, 2}) {
+        if (!o.wants(producers == 1 ? "e2e" : "e2e2"))
+            continue;
+        const std::string m = "1M tiny tasks, " + std::to_string(producers) + " producer" +
+                              (producers == 1 ? "" : "s");
+        cases.push_back({m,
+                         "ax fixed pool, large queue",
+                         true,
+                         Kind::throughput,
+                         [&o, producers] { return e2e_ax_fixed(o, producers); },
+                         {}});
+        cases.push_back({m,
+                         "ax default Config, retry_after",
+                         true,
+                         Kind::throughput,
+                         [&o, producers] { return e2e_ax_default(o, producers); },
+                         {}});
+        cases.push_back({m,
+                         "mutex pool",
+                         false,
+                         Kind::throughput,
+                         [&o, producers] { return e2e_naive(o, producers); },
+                         {}});
+#if AX_BENCH_HAVE_TBB
+        cases.push_back({m,
+                         "oneTBB task_group",
+                         false,
+                         Kind::throughput,
+                         [&o, producers] { return e2e_tbb(o, producers); },
+                         {}});
+#endif
+#if AX_BENCH_HAVE_ASIO
+        cases.push_back({m,
+                         "asio thread_pool",
+                         false,
+                         Kind::throughput,
+                         [&o, producers] { return e2e_asio(o, producers); },
+                         {}});
+#endif
+    }
+    if (o.wants("idle")) {
+        const std::string m = "idle submit-to-start p50";
+        cases.push_back({m,
+                         "ax default Config",
+                         true,
+                         Kind::latency,
+                         [&o] { return idle_ax(o, ax::Config{}); },
+                         {}});
+        cases.push_back({m,
+                         "ax fixed pool",
+                         true,
+                         Kind::latency,
+                         [&o] { return idle_ax(o, fixed_config(o.workers)); },
+                         {}});
+        cases.push_back(
+            {m, "mutex pool", false, Kind::latency, [&o] { return idle_naive(o); }, {}});
+    }
+    if (o.wants("post")) {
+        const std::string m = "post(), 1 producer, 1 worker draining";
+        cases.push_back({m, "ax post()", true, Kind::throughput, [&o] { return post_ax(o); }, {}});
+        cases.push_back({m,
+                         "mutex pool submit()",
+                         false,
+                         Kind::throughput,
+                         [&o] { return post_naive(o); },
+                         {}});
+    }
+
+    if (!o.impl.empty()) {
+        auto drop = [&](const Case& c) { return c.impl.find(o.impl) == std::string::npos; };
+        cases.erase(std::remove_if(cases.begin(), cases.end(), drop), cases.end());
+        memory.erase(std::remove_if(memory.begin(), memory.end(), drop), memory.end());
+    }
+    for (auto& c : memory)
+        c.samples.push_back(c.run());
+    std::printf("ax_micro: %d rounds, load average before: %s\n", o.reps, load_avg().c_str());
+    for (int rep = 0; rep < o.reps; ++rep) {
+        for (std::size_t k = 0; k < cases.size(); ++k) {
+            Case& c = cases[(k + static_cast<std::size_t>(rep)) % cases.size()];
+            c.samples.push_back(c.run());
+            const Sample& s = c.samples.back();
+            std::fprintf(stderr, "round %d  %-40s %-32s %10.2f\n", rep + 1, c.measure.c_str(),
+                         c.impl.c_str(), s.value);
+        }
+    }
+    std::printf("load average after: %s\n", load_avg().c_str());
+    std::vector<Case> all = std::move(cases);
+    all.insert(all.end(), std::make_move_iterator(memory.begin()),
+               std::make_move_iterator(memory.end()));
+    print_table(all, o);
+    return 0;
+}
 
 // ---------------------------------------------------------------------------------------------
-// 1. Queue: ax::detail::DoubleBufferQueue vs std::deque + std::mutex
-//    Each iteration pushes 64 items (one lock each) and then takes everything queued: one swap
-//    for the double buffer, one lock per item for the deque (as a worker of a naive pool pops).
-//    With several threads they share one queue.
+// --gbench: component micro-benchmarks (Google Benchmark)
 // ---------------------------------------------------------------------------------------------
+
+unsigned hw_threads() {
+    const unsigned n = std::thread::hardware_concurrency();
+    return n == 0 ? 1 : n;
+}
 
 constexpr int queue_batch = 64;
 
+/// DoubleBufferQueue: try_push per item, one swap per batch of 64 (1 and 2 threads sharing it).
 void BM_Queue_DoubleBuffer(benchmark::State& state) {
     static ax::detail::DoubleBufferQueue q(1u << 24, 1u << 24);
     std::vector<std::uint32_t> out;
@@ -171,6 +745,7 @@ void BM_Queue_DoubleBuffer(benchmark::State& state) {
 }
 BENCHMARK(BM_Queue_DoubleBuffer)->Threads(1)->Threads(2)->UseRealTime();
 
+/// std::deque + std::mutex: a lock per push and per pop, as a textbook pool's worker pops.
 void BM_Queue_DequeMutex(benchmark::State& state) {
     static std::mutex m;
     static std::deque<std::uint32_t> q;
@@ -198,17 +773,13 @@ void BM_Queue_DequeMutex(benchmark::State& state) {
 }
 BENCHMARK(BM_Queue_DequeMutex)->Threads(1)->Threads(2)->UseRealTime();
 
-// ---------------------------------------------------------------------------------------------
-// 2. Submit throughput: post() of an empty lambda while hardware_concurrency workers drain.
-//    items/s counts admitted posts; "refused" counts queue_full answers (the producer yields).
-// ---------------------------------------------------------------------------------------------
-
 std::unique_ptr<ax::Scheduler<>> g_sched;
 std::unique_ptr<ax_bench::NaivePool> g_naive;
 
+/// post() of an empty lambda from 1/2/4 producers while hardware_concurrency workers drain.
 void BM_Submit_AxPost(benchmark::State& state) {
     if (state.thread_index() == 0)
-        g_sched = std::make_unique<ax::Scheduler<>>(throughput_config());
+        g_sched = std::make_unique<ax::Scheduler<>>(fixed_config(hw_threads()));
     std::uint64_t ok = 0, refused = 0;
     for (auto _ : state) {
         auto r = g_sched->post([] {});
@@ -239,159 +810,18 @@ void BM_Submit_NaivePool(benchmark::State& state) {
 }
 BENCHMARK(BM_Submit_NaivePool)->Threads(1)->Threads(2)->Threads(4)->UseRealTime();
 
-// ---------------------------------------------------------------------------------------------
-// 3. End to end: 1M tiny tasks (an atomic increment each) through each pool, waiting until the
-//    last one ran. Pools are built once per benchmark, outside the timed loop.
-// ---------------------------------------------------------------------------------------------
-
-constexpr std::uint64_t e2e_tasks = 1'000'000;
-
-struct alignas(64) Countdown {
-    std::atomic<std::uint64_t> done{0};
-    alignas(64) std::atomic<bool> finished{false};
-
-    void reset() {
-        done.store(0, std::memory_order_relaxed);
-        finished.store(false, std::memory_order_release);
-    }
-    void hit() {
-        if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == e2e_tasks) {
-            finished.store(true, std::memory_order_release);
-            finished.notify_one();
-        }
-    }
-    void wait() { finished.wait(false, std::memory_order_acquire); }
-};
-
-void BM_E2E_Ax(benchmark::State& state) {
-    ax::Scheduler<> sched(throughput_config());
-    Countdown c;
-    std::uint64_t refused = 0;
-    for (auto _ : state) {
-        c.reset();
-        for (std::uint64_t i = 0; i < e2e_tasks; ++i) {
-            for (;;) {
-                auto r = sched.post([&c] { c.hit(); });
-                if (r)
-                    break;
-                ++refused;
-                std::this_thread::yield();
-            }
-        }
-        c.wait();
-    }
-    state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(e2e_tasks));
-    state.counters["refused"] = static_cast<double>(refused);
-    state.counters["threads"] = hw_threads();
-}
-BENCHMARK(BM_E2E_Ax)->Unit(benchmark::kMillisecond)->UseRealTime();
-
-#if AX_BENCH_HAVE_ASIO
-void BM_E2E_AsioThreadPool(benchmark::State& state) {
-    asio::thread_pool pool(hw_threads());
-    Countdown c;
-    for (auto _ : state) {
-        c.reset();
-        for (std::uint64_t i = 0; i < e2e_tasks; ++i)
-            asio::post(pool, [&c] { c.hit(); });
-        c.wait();
-    }
-    pool.join();
-    state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(e2e_tasks));
-    state.counters["threads"] = hw_threads();
-}
-BENCHMARK(BM_E2E_AsioThreadPool)->Unit(benchmark::kMillisecond)->UseRealTime();
-#endif
-
-#if AX_BENCH_HAVE_TBB
-void BM_E2E_TbbTaskGroup(benchmark::State& state) {
-    tbb::global_control limit(tbb::global_control::max_allowed_parallelism, hw_threads());
-    Countdown c;
-    for (auto _ : state) {
-        c.reset();
-        tbb::task_group tg;
-        for (std::uint64_t i = 0; i < e2e_tasks; ++i)
-            tg.run([&c] { c.hit(); });
-        tg.wait(); // the calling thread joins in, as TBB intends
-    }
-    state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(e2e_tasks));
-    state.counters["threads"] = hw_threads();
-}
-BENCHMARK(BM_E2E_TbbTaskGroup)->Unit(benchmark::kMillisecond)->UseRealTime();
-#endif
-
-void BM_E2E_NaivePool(benchmark::State& state) {
-    ax_bench::NaivePool pool(hw_threads());
-    Countdown c;
-    for (auto _ : state) {
-        c.reset();
-        for (std::uint64_t i = 0; i < e2e_tasks; ++i)
-            pool.submit([&c] { c.hit(); });
-        c.wait();
-    }
-    state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(e2e_tasks));
-    state.counters["threads"] = hw_threads();
-}
-BENCHMARK(BM_E2E_NaivePool)->Unit(benchmark::kMillisecond)->UseRealTime();
-
-// ---------------------------------------------------------------------------------------------
-// 4. Idle submit-to-start latency: one task into an idle pool, time from just before the submit
-//    call to the first statement of the body; 2000 samples 1 ms apart (the workers park).
-// ---------------------------------------------------------------------------------------------
-
-constexpr int latency_samples = 2000;
-
-struct StartProbe {
-    std::atomic<std::int64_t> started{0};
-    std::atomic<bool> flag{false};
-    void body() {
-        started.store(now_ns(), std::memory_order_relaxed);
-        flag.store(true, std::memory_order_release);
-        flag.notify_one();
-    }
-};
-
-template <class Submit> void idle_latency(benchmark::State& state, Submit&& submit) {
-    std::vector<double> us;
-    us.reserve(latency_samples);
-    for (auto _ : state) {
-        us.clear();
-        StartProbe p;
-        for (int i = 0; i < latency_samples; ++i) {
-            std::this_thread::sleep_for(1ms);
-            p.flag.store(false, std::memory_order_relaxed);
-            const auto t = now_ns();
-            submit(p);
-            p.flag.wait(false, std::memory_order_acquire);
-            us.push_back(static_cast<double>(p.started.load(std::memory_order_relaxed) - t) / 1e3);
-        }
-    }
-    std::sort(us.begin(), us.end());
-    auto pct = [&](double q) {
-        return us[std::min(us.size() - 1,
-                           static_cast<std::size_t>(q * static_cast<double>(us.size())))];
-    };
-    state.counters["p50_us"] = pct(0.50);
-    state.counters["p99_us"] = pct(0.99);
-    state.counters["max_us"] = us.back();
-}
-
-void BM_IdleLatency_Ax(benchmark::State& state) {
-    ax::Scheduler<> sched; // default Config: 4 idle workers
-    idle_latency(state, [&](StartProbe& p) {
-        auto r = sched.post([&p] { p.body(); });
-        if (!r)
-            state.SkipWithError("post refused");
-    });
-}
-BENCHMARK(BM_IdleLatency_Ax)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
-
-void BM_IdleLatency_NaivePool(benchmark::State& state) {
-    ax_bench::NaivePool pool(4);
-    idle_latency(state, [&](StartProbe& p) { pool.submit([&p] { p.body(); }); });
-}
-BENCHMARK(BM_IdleLatency_NaivePool)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
-
 } // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+    if (argc > 1 && std::strcmp(argv[1], "--gbench") == 0) {
+        argv[1] = argv[0];
+        int n = argc - 1;
+        benchmark::Initialize(&n, argv + 1);
+        if (benchmark::ReportUnrecognizedArguments(n, argv + 1))
+            return 2;
+        benchmark::RunSpecifiedBenchmarks();
+        benchmark::Shutdown();
+        return 0;
+    }
+    return run_table(argc, argv);
+}
