@@ -5,7 +5,8 @@
 #   bash scripts/bench-pg.sh --quick    # development sizes (about 3 min); writes bench-results/pg/
 #   bash scripts/bench-pg.sh --help     # every option (sizes, durations, sides, rounds)
 # Installs what it needs (PostgreSQL 15, Node.js + npm, the peers from npm into build/bench-pg),
-# builds ax's bench node when the ax::pg target exists, and always stops its server on exit.
+# builds ax's bench node when include/ax/pg exists, and always stops its server on exit
+# (scripts/pg-server.sh).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -29,17 +30,22 @@ if ! cmp -s bench/pg/package-lock.json "$mods/package-lock.json" || [ ! -d "$mod
 fi
 export AX_BENCH_PG_MODULES="$root/$mods"
 
-# ax's side, when the ax::pg target exists.
+# ax's side, when the ax::pg target exists (a build failure leaves the peers' rows only).
 ax_args=()
-if [ -f include/ax/pg/node.hpp ] && [ -f bench/pg/CMakeLists.txt ]; then
-    cmake -S bench/pg -B build/bench-pg/ax -DCMAKE_BUILD_TYPE=Release >/dev/null
-    cmake --build build/bench-pg/ax -j2 --target ax_pg_bench
-    ax_args=(--ax-bin "$root/build/bench-pg/ax/ax_pg_bench")
+if [ -f include/ax/pg/node.hpp ]; then
+    if cmake -S bench/pg -B build/bench-pg/ax -DCMAKE_BUILD_TYPE=Release >/dev/null &&
+        cmake --build build/bench-pg/ax -j2 --target ax_pg_bench; then
+        ax_args=(--ax-bin "$root/build/bench-pg/ax/ax_pg_bench")
+    else
+        echo "bench-pg.sh: WARNING: ax_pg_bench did not build: running the peers only" >&2
+    fi
 else
     echo "bench-pg.sh: include/ax/pg not found: running the peers only"
 fi
 
-# shellcheck source=../bench/pg/pg-server.sh
-source bench/pg/pg-server.sh
-pg_bench_server_start
-BENCH_PG_CMD="bash scripts/bench-pg.sh${*:+ $*}" node bench/pg/bench.mjs "${ax_args[@]}" "$@"
+# The project's throw-away server (initdb defaults; fsync and synchronous_commit on), plus
+# pg_stat_statements for the statement counts. Nodes connect over TCP on 127.0.0.1, as in
+# shared/notes/pg-peers-baseline.md.
+AX_PG_SETTINGS="-c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=top" \
+    bash scripts/pg-server.sh -- env PGHOST=127.0.0.1 PGUSER=postgres \
+    BENCH_PG_CMD="bash scripts/bench-pg.sh${*:+ $*}" node bench/pg/bench.mjs "${ax_args[@]}" "$@"

@@ -372,7 +372,10 @@ async function startNodes(v, nodes, producer = null) {
                 claim_p99_ms: maxOf("claim_p99_us") === null ? null : maxOf("claim_p99_us") / 1000,
                 pg_us: ((pg1 - pg0) / n) * 1e6,
                 client_us: (cl1 / n) * 1e6,
-                round_trips: (sum("round_trips") || sum("queries")) / n,
+                // Only where the client counts them (the ax node does when its library reports them).
+                round_trips: stats.some((x) => typeof x.round_trips === "number" || typeof x.queries === "number")
+                    ? (sum("round_trips") || sum("queries")) / n
+                    : null,
                 statements: (c1.calls - c0.calls) / n,
                 xacts: (c1.xacts - c0.xacts) / n,
                 node_stats: stats,
@@ -448,6 +451,12 @@ async function hotTableStats(info) {
     }
     return { bytes, live, dead };
 }
+async function otherBytes(info) {
+    let bytes = 0;
+    for (const t of info.other_tables || [])
+        bytes += Number((await q("select pg_total_relation_size($1::regclass)::bigint as b", [t]))[0].b);
+    return bytes;
+}
 async function hotTableBytes(info) {
     let bytes = 0;
     for (const t of info.hot_tables)
@@ -486,7 +495,9 @@ async function churn(v) {
     await p.stop();
     const left = await unfinished(info);
     const after = await hotTableStats(info);
+    after.other_bytes = await otherBytes(info);
     return {
+        other_tables: info.other_tables || [],
         variant: v.id,
         workload: "churn",
         nodes: cfg.churnNodes,

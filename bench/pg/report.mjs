@@ -128,11 +128,11 @@ export function report(meta, results) {
     if (ch.length) {
         out.push(`## The hot table after ${int(cfg.churn)} tasks through the system`);
         out.push("");
-        out.push("| side | tasks finished | tasks/s | hot table at start | after 10 % | at the end | live rows at the end | dead rows at the end |");
-        out.push("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+        out.push("| side | tasks finished | tasks/s | hot table at start | after 10 % | at the end | live rows at the end | dead rows at the end | other tables at the end |");
+        out.push("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |");
         for (const r of ch.sort(order))
             out.push(
-                `| ${name(r.variant)} | ${int(r.tasks)}${r.timed_out ? ` (stopped at ${cfg.churnMaxS} s)` : ""} | ${int(r.rate)} | ${mib(r.before.bytes)} | ${r.at10 ? mib(r.at10.bytes) : "–"} | ${mib(r.after.bytes)} | ${int(r.after.live)} | ${int(r.after.dead)} |`,
+                `| ${name(r.variant)} | ${int(r.tasks)}${r.timed_out ? ` (stopped at ${cfg.churnMaxS} s)` : ""} | ${int(r.rate)} | ${mib(r.before.bytes)} | ${r.at10 ? mib(r.at10.bytes) : "–"} | ${mib(r.after.bytes)} | ${int(r.after.live)} | ${int(r.after.dead)} | ${r.other_tables && r.other_tables.length ? `${mib(r.after.other_bytes)} (${r.other_tables.join(", ")})` : "–"} |`,
             );
         out.push("");
         out.push(
