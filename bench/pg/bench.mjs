@@ -273,6 +273,18 @@ async function counters() {
 }
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
+// Where the server's time went since the last reset: the bench role's statements by total time.
+async function topStatements() {
+    return (
+        await q(
+            `select calls::bigint as calls, total_exec_time as ms, rows::bigint as rows,
+                    left(regexp_replace(query, '\\s+', ' ', 'g'), 120) as query
+               from pg_stat_statements where userid = 'bench'::regrole
+              order by total_exec_time desc limit 8`,
+        )
+    ).map((r) => ({ calls: Number(r.calls), ms: Number(r.ms), rows: Number(r.rows), query: r.query }));
+}
+
 async function infoOf(v) {
     if (INFO[v.family]) return INFO[v.family];
     const c = new Child(`${v.id} info`, v.cmd("info", []));
@@ -389,6 +401,7 @@ async function burndown(v, nodes) {
     await setup(v);
     const enq = await enqueue(v, cfg.tasks);
     await prepareDrain(info);
+    await q("select pg_stat_statements_reset()");
     const h = await startNodes(v, nodes);
     const deadline = Date.now() + 1800e3;
     while (h.done() < cfg.tasks) {
@@ -399,6 +412,7 @@ async function burndown(v, nodes) {
     // The handlers ran; the clock stops when the database agrees that every task is finished.
     while ((await unfinished(info)) > 0) await sleep(5);
     const r = await h.finish(cfg.tasks);
+    r.top_statements = await topStatements();
     return [enq, { variant: v.id, workload: "burndown", nodes, ...r }];
 }
 

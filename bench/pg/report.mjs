@@ -160,6 +160,22 @@ export function report(meta, results) {
         out.push("");
     }
 
+    const prof = bd.filter((r) => r.nodes === Math.min(...cfg.nodes) && r.top_statements && r.top_statements.length);
+    if (prof.length) {
+        out.push(`## Where the server's time goes (burn-down, ${Math.min(...cfg.nodes)} node; \`pg_stat_statements\`, bench role)`);
+        out.push("");
+        out.push("| side | statement | calls | rows | exec ms | exec µs/task |");
+        out.push("| --- | --- | ---: | ---: | ---: | ---: |");
+        for (const r of prof.sort(order))
+            for (const t of r.top_statements.slice(0, 5))
+                out.push(
+                    `| ${name(r.variant)}${r.variant.startsWith("ax-") ? ` (${conf(r.variant)})` : ""} | \`${t.query.replace(/\|/g, "\\|").slice(0, 90)}\` | ${int(t.calls)} | ${int(t.rows)} | ${f(t.ms, 0)} | ${f((t.ms * 1000) / r.tasks, 1)} |`,
+                );
+        out.push("");
+        out.push("Execution time is wall time inside the server (it includes waiting for locks and, for COMMIT, for the WAL flush), not CPU.");
+        out.push("");
+    }
+
     out.push("## Targets");
     out.push("");
     const ax = (w, n) => (w === "burndown" ? bd : st).find((r) => r.variant === "ax" && r.nodes === n);
