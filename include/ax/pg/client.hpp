@@ -1,0 +1,560 @@
+// ax — Adaptive eXchange Scheduler. SPDX-License-Identifier: MIT
+#pragma once
+
+// The producer and operator side of the distributed mode: enqueue, query, cancel, dead letters,
+// counts and status. See docs/distributed.md.
+
+#include "../scheduler.hpp"
+#include "connection.hpp"
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ax::pg {
+
+/// One task to enqueue. Designated initializers read well:
+/// `client.enqueue({.kind = "thumb", .payload = bytes, .priority = ax::Priority::high})`.
+struct NewTask {
+    /// Which handler runs it; only nodes that registered this kind claim it. Until one does, the
+    /// task waits (visible in Client::status() as unhandled). 1..200 bytes.
+    std::string_view kind;
+    /// Opaque bytes handed to the handler; at most ClientOptions::max_payload_bytes.
+    std::string_view payload{};
+    /// Claim lane: nodes take high:normal:low in 3:2:1 shares (weights of the node's Config).
+    Priority priority = Priority::normal;
+    /// Per-attempt timeout on the node, measured from the handler's last heartbeat (zero: none).
+    std::chrono::milliseconds timeout{0};
+    /// Attempts before the task becomes a dead letter (default 4 = the core's 1 + retry_max 3).
+    int max_attempts = 4;
+    /// Not claimable before now + delay.
+    std::chrono::milliseconds delay{0};
+    /// Idempotency key (empty: none): a second enqueue with the key of a live task, or of one
+    /// that finished recently (still in the history) or is a dead letter, returns that task's ID
+    /// instead of adding one. Keys of live tasks are enforced by a unique index.
+    std::string_view idempotency_key{};
+    /// Tags a node must offer to claim it ("gpu", "bigmem"); no commas, 1..100 bytes each.
+    std::vector<std::string_view> tags{};
+};
+
+/// What enqueue answers per task.
+struct Enqueued {
+    /// The task's ID (the earlier task's, when the idempotency key was already taken).
+    std::int64_t id = 0;
+    /// True when the key was taken and no new task was added.
+    bool existed = false;
+};
+
+/// Where a distributed task is.
+enum class TaskState : std::uint8_t {
+    pending,       ///< Claimable now.
+    scheduled,     ///< Waiting for its run-at (a delay, or a retry's back-off).
+    claimed,       ///< Held by a node (queued locally or running).
+    succeeded,     ///< Finished (still in the history).
+    cancelled,     ///< Cancelled (still in the history).
+    dead_lettered, ///< Failed for good; replay or discard it.
+    discarded,     ///< A dead letter that was discarded (still in the history).
+};
+
+/// "pending", "scheduled", ...
+constexpr std::string_view to_string(TaskState s) noexcept {
+    switch (s) {
+    case TaskState::pending:
+        return "pending";
+    case TaskState::scheduled:
+        return "scheduled";
+    case TaskState::claimed:
+        return "claimed";
+    case TaskState::succeeded:
+        return "succeeded";
+    case TaskState::cancelled:
+        return "cancelled";
+    case TaskState::dead_lettered:
+        return "dead_lettered";
+    case TaskState::discarded:
+        return "discarded";
+    }
+    return "unknown";
+}
+
+/// What query() reports.
+struct TaskStatus {
+    std::int64_t id = 0;
+    std::string kind;
+    TaskState state = TaskState::pending;
+    Priority priority = Priority::normal;
+    /// Attempts started so far.
+    int attempts = 0;
+    /// The node holding it (claimed), or the node that finished it; 0 when none.
+    std::int64_t node_id = 0;
+    /// A cancel was requested while a node held it.
+    bool cancel_requested = false;
+    /// Errors of the failed attempts, oldest first (live tasks and dead letters).
+    std::vector<std::string> errors;
+};
+
+/// What cancel() did.
+enum class CancelResult : std::uint8_t {
+    cancelled,        ///< It was not claimed: cancelled at once.
+    cancel_requested, ///< A node holds it: the node was told, its stop token is requested.
+    finished,         ///< Too late: it already finished.
+    dead_lettered,    ///< It is a dead letter (discard it instead).
+    unknown,          ///< No such task (or its history was pruned).
+};
+
+/// "cancelled", "cancel_requested", ...
+constexpr std::string_view to_string(CancelResult r) noexcept {
+    switch (r) {
+    case CancelResult::cancelled:
+        return "cancelled";
+    case CancelResult::cancel_requested:
+        return "cancel_requested";
+    case CancelResult::finished:
+        return "finished";
+    case CancelResult::dead_lettered:
+        return "dead_lettered";
+    case CancelResult::unknown:
+        return "unknown";
+    }
+    return "unknown";
+}
+
+/// One dead letter.
+struct DeadLetterInfo {
+    std::int64_t id = 0;
+    std::string kind;
+    Priority priority = Priority::normal;
+    int attempts = 0;
+    /// "permanent error", "attempts exhausted".
+    std::string reason;
+    /// Every failed attempt's error, oldest first.
+    std::vector<std::string> errors;
+    std::string payload;
+    /// Seconds since it failed.
+    double age_s = 0;
+};
+
+/// Live tasks by state and priority lane (index: 0 high, 1 normal, 2 low), plus the rest.
+struct Counts {
+    std::array<std::int64_t, 3> pending{};
+    std::array<std::int64_t, 3> scheduled{};
+    std::array<std::int64_t, 3> claimed{};
+    std::int64_t dead_letters = 0;
+    /// In the history (bounded by the retention).
+    std::int64_t succeeded = 0;
+    std::int64_t cancelled = 0;
+    std::int64_t discarded = 0;
+    /// Live tasks of all states.
+    [[nodiscard]] std::int64_t live() const noexcept {
+        std::int64_t n = 0;
+        for (std::size_t p = 0; p < 3; ++p)
+            n += pending[p] + scheduled[p] + claimed[p];
+        return n;
+    }
+};
+
+/// A node as the database sees it.
+struct NodeInfo {
+    std::int64_t id = 0;
+    std::string name;
+    std::string host;
+    int pid = 0;
+    std::vector<std::string> kinds;
+    std::vector<std::string> tags;
+    /// Seconds left on its lease; negative once expired (maintenance then reclaims its batches).
+    double lease_left_s = 0;
+    std::int64_t batches = 0;
+    std::int64_t tasks = 0;
+};
+
+/// Everything `ax-pg status` prints.
+struct Status {
+    Counts counts;
+    std::vector<NodeInfo> nodes;
+    /// Age of the oldest claimable task (0 when none).
+    double oldest_pending_age_s = 0;
+    /// Claimable tasks no live node can take, by reason: kinds no live node handles, and tags no
+    /// live node offers (each as "kind [tags]" with its count).
+    std::vector<std::pair<std::string, std::int64_t>> unclaimable;
+    std::int64_t unclaimable_total = 0;
+    /// Recovery counters since the schema was created.
+    std::int64_t reclaimed_batches = 0;
+    std::int64_t reclaimed_tasks = 0;
+    std::int64_t checksum_mismatches = 0;
+};
+
+/// Client knobs.
+struct ClientOptions {
+    /// Largest payload accepted (default 1 MiB, at most 64 MiB). Larger payloads are refused with
+    /// std::invalid_argument before anything is sent: big blobs belong in object storage, with
+    /// their key in the payload. Raising it costs memory on every node that claims such tasks.
+    std::size_t max_payload_bytes = std::size_t{1} << 20;
+    /// Check at connect that the database is at this library's schema version (default true;
+    /// `ax-pg migrate` turns it off to run the migration itself).
+    bool require_schema = true;
+};
+
+/// Producer and operator handle on the queue: one connection, used by one thread at a time.
+/// Every call runs one statement (enqueue_many: one for the whole span). On a broken connection
+/// a call throws ConnectionError and the next call reconnects.
+class Client {
+  public:
+    /// Validates `conninfo` (std::invalid_argument when malformed), connects (ConnectionError)
+    /// and checks the schema version (SchemaError) unless options.require_schema is false.
+    explicit Client(std::string conninfo, ClientOptions options = {})
+        : conninfo_(std::move(conninfo)), options_(options) {
+        validate_conninfo(conninfo_);
+        if (options_.max_payload_bytes > (std::size_t{64} << 20))
+            throw std::invalid_argument("ax::pg::ClientOptions: max_payload_bytes = " +
+                                        std::to_string(options_.max_payload_bytes) +
+                                        ": must be at most 64 MiB");
+        conn_ = detail::Connection::open(conninfo_);
+        if (options_.require_schema)
+            detail::require_schema(conn_);
+    }
+
+    /// Applies the missing schema migrations (idempotent; a newer database is a SchemaError).
+    /// Returns the schema version reached.
+    int migrate() { return detail::migrate(connection()); }
+
+    /// Enqueues one task; see enqueue_many.
+    Enqueued enqueue(const NewTask& task) { return enqueue_many(std::span(&task, 1)).at(0); }
+
+    /// Enqueues every task in one statement (one round trip, one transaction: all or nothing)
+    /// and returns their IDs in order. Throws std::invalid_argument naming the first bad task
+    /// (nothing is enqueued then).
+    std::vector<Enqueued> enqueue_many(std::span<const NewTask> tasks) {
+        std::vector<Enqueued> out;
+        if (tasks.empty())
+            return out;
+        using BA = detail::BinaryArray;
+        BA kinds(BA::text_oid), payloads(BA::bytea_oid), prios(BA::int2_oid),
+            timeouts(BA::int4_oid), attempts(BA::int4_oid), delays(BA::int8_oid),
+            keys(BA::text_oid), tags(BA::text_oid);
+        std::set<std::string_view> seen_keys;
+        std::string joined;
+        for (std::size_t i = 0; i < tasks.size(); ++i) {
+            const NewTask& t = tasks[i];
+            validate(t, i);
+            if (!t.idempotency_key.empty() && !seen_keys.insert(t.idempotency_key).second)
+                bad(i, "idempotency_key", std::string(t.idempotency_key),
+                    "appears twice in one enqueue_many call");
+            kinds.add_bytes(t.kind);
+            payloads.add_bytes(t.payload);
+            prios.add_int16(static_cast<std::int16_t>(t.priority));
+            timeouts.add_int32(static_cast<std::int32_t>(t.timeout.count()));
+            attempts.add_int32(t.max_attempts);
+            delays.add_int64(t.delay.count());
+            if (t.idempotency_key.empty())
+                keys.add_null();
+            else
+                keys.add_bytes(t.idempotency_key);
+            joined.clear();
+            for (std::size_t k = 0; k < t.tags.size(); ++k) {
+                if (k != 0)
+                    joined += ',';
+                joined += t.tags[k];
+            }
+            tags.add_bytes(joined);
+        }
+        BA* arrays[] = {&kinds, &payloads, &prios, &timeouts, &attempts, &delays, &keys, &tags};
+        const char* values[8];
+        int lengths[8];
+        int formats[8];
+        for (int i = 0; i < 8; ++i) {
+            values[i] = arrays[i]->data();
+            lengths[i] = arrays[i]->length();
+            formats[i] = 1;
+        }
+        detail::Result r =
+            connection().exec_raw(detail::enqueue_sql, 8, values, lengths, formats, 0);
+        if (static_cast<std::size_t>(r.rows()) != tasks.size())
+            throw Error("ax::pg: enqueue returned " + std::to_string(r.rows()) + " rows for " +
+                        std::to_string(tasks.size()) + " tasks");
+        out.reserve(tasks.size());
+        for (int i = 0; i < r.rows(); ++i)
+            out.push_back(Enqueued{r.int64(i, 1), r.boolean(i, 2)});
+        return out;
+    }
+
+    /// Where task `id` is; nullopt for an unknown ID (or one whose history was pruned).
+    std::optional<TaskStatus> query(std::int64_t id) {
+        const std::string ids = std::to_string(id);
+        detail::Result r = connection().exec_params(
+            "SELECT 'live', kind, priority, attempts, coalesce(node_id, 0), cancel_requested, "
+            "       CASE WHEN node_id IS NOT NULL THEN 'claimed' WHEN run_at > now() THEN "
+            "'scheduled' ELSE 'pending' END, array_to_json(errors)::text "
+            "  FROM ax.tasks WHERE id = $1 "
+            "UNION ALL SELECT 'dead', kind, priority, attempts, 0, false, 'dead_lettered', "
+            "       array_to_json(errors)::text FROM ax.dead_letters WHERE id = $1 "
+            "UNION ALL SELECT 'hist', kind, priority, attempts, coalesce(node_id, 0), false, "
+            "       CASE state WHEN 1 THEN 'succeeded' WHEN 2 THEN 'cancelled' ELSE 'discarded' "
+            "END, '[]' FROM ax.history WHERE id = $1 LIMIT 1",
+            {ids.c_str()});
+        if (r.rows() == 0)
+            return std::nullopt;
+        TaskStatus s;
+        s.id = id;
+        s.kind = std::string(r.text(0, 1));
+        s.priority = static_cast<Priority>(r.int64(0, 2));
+        s.attempts = static_cast<int>(r.int64(0, 3));
+        s.node_id = r.int64(0, 4);
+        s.cancel_requested = r.boolean(0, 5);
+        s.state = parse_state(r.text(0, 6));
+        s.errors = parse_json_strings(r.text(0, 7));
+        return s;
+    }
+
+    /// Cancels task `id`: at once when no node holds it; otherwise its node is notified and
+    /// requests stop on the running task's stop token, and the task ends cancelled whatever the
+    /// node reports afterwards.
+    CancelResult cancel(std::int64_t id) {
+        const std::string ids = std::to_string(id);
+        detail::Result r = connection().exec_params("SELECT ax.cancel($1)", {ids.c_str()});
+        const std::string_view s = r.text(0, 0);
+        if (s == "cancelled")
+            return CancelResult::cancelled;
+        if (s == "cancel_requested")
+            return CancelResult::cancel_requested;
+        if (s == "finished")
+            return CancelResult::finished;
+        if (s == "dead_lettered")
+            return CancelResult::dead_lettered;
+        return CancelResult::unknown;
+    }
+
+    /// Dead letters, oldest first (at most `limit`).
+    std::vector<DeadLetterInfo> dead_letters(std::size_t limit = 1000) {
+        const std::string lim = std::to_string(limit);
+        detail::Result r = connection().exec_params(
+            "SELECT id, kind, priority, attempts, reason, array_to_json(errors)::text, "
+            "encode(payload, 'escape'), extract(epoch FROM now() - failed_at)::float8 "
+            "FROM ax.dead_letters ORDER BY failed_at, id LIMIT $1",
+            {lim.c_str()});
+        std::vector<DeadLetterInfo> out;
+        for (int i = 0; i < r.rows(); ++i) {
+            DeadLetterInfo d;
+            d.id = r.int64(i, 0);
+            d.kind = std::string(r.text(i, 1));
+            d.priority = static_cast<Priority>(r.int64(i, 2));
+            d.attempts = static_cast<int>(r.int64(i, 3));
+            d.reason = std::string(r.text(i, 4));
+            d.errors = parse_json_strings(r.text(i, 5));
+            d.payload = std::string(r.text(i, 6));
+            d.age_s = r.float8(i, 7);
+            out.push_back(std::move(d));
+        }
+        return out;
+    }
+
+    /// Puts a dead letter back as a live task (same ID, fresh attempt series); false if `id` is
+    /// not a dead letter.
+    bool replay_dead_letter(std::int64_t id) {
+        const std::string ids = std::to_string(id);
+        return connection()
+            .exec_params("SELECT ax.replay_dead_letter($1)", {ids.c_str()})
+            .boolean(0, 0);
+    }
+
+    /// Drops a dead letter (the history remembers it as discarded); false if not listed.
+    bool discard_dead_letter(std::int64_t id) {
+        const std::string ids = std::to_string(id);
+        return connection()
+            .exec_params("SELECT ax.discard_dead_letter($1)", {ids.c_str()})
+            .boolean(0, 0);
+    }
+
+    /// Live tasks by state and lane, dead letters, and the history by final state.
+    Counts counts() {
+        Counts c;
+        detail::Result r = connection().exec(
+            "SELECT CASE WHEN node_id IS NOT NULL THEN 2 WHEN run_at > now() THEN 1 ELSE 0 END, "
+            "priority, count(*) FROM ax.tasks GROUP BY 1, 2");
+        for (int i = 0; i < r.rows(); ++i) {
+            const auto st = r.int64(i, 0);
+            const auto p = static_cast<std::size_t>(r.int64(i, 1));
+            const auto n = r.int64(i, 2);
+            (st == 0 ? c.pending : st == 1 ? c.scheduled : c.claimed).at(p) = n;
+        }
+        detail::Result h = connection().exec(
+            "SELECT (SELECT count(*) FROM ax.dead_letters), "
+            "count(*) FILTER (WHERE state = 1), count(*) FILTER (WHERE state = 2), "
+            "count(*) FILTER (WHERE state = 3) FROM ax.history");
+        c.dead_letters = h.int64(0, 0);
+        c.succeeded = h.int64(0, 1);
+        c.cancelled = h.int64(0, 2);
+        c.discarded = h.int64(0, 3);
+        return c;
+    }
+
+    /// Counts, nodes and their leases, the oldest claimable task's age, what no live node can
+    /// take, and the recovery counters.
+    Status status() {
+        Status s;
+        s.counts = counts();
+        detail::Result n = connection().exec(
+            "SELECT n.id, n.name, n.host, n.pid, array_to_json(n.kinds)::text, "
+            "array_to_json(n.tags)::text, extract(epoch FROM n.lease_until - now())::float8, "
+            "(SELECT count(*) FROM ax.batches b WHERE b.node_id = n.id), "
+            "(SELECT count(*) FROM ax.tasks t WHERE t.node_id = n.id) "
+            "FROM ax.nodes n ORDER BY n.id");
+        for (int i = 0; i < n.rows(); ++i) {
+            NodeInfo ni;
+            ni.id = n.int64(i, 0);
+            ni.name = std::string(n.text(i, 1));
+            ni.host = std::string(n.text(i, 2));
+            ni.pid = static_cast<int>(n.int64(i, 3));
+            ni.kinds = parse_json_strings(n.text(i, 4));
+            ni.tags = parse_json_strings(n.text(i, 5));
+            ni.lease_left_s = n.float8(i, 6);
+            ni.batches = n.int64(i, 7);
+            ni.tasks = n.int64(i, 8);
+            s.nodes.push_back(std::move(ni));
+        }
+        detail::Result o = connection().exec(
+            "SELECT coalesce(extract(epoch FROM now() - min(run_at)), 0)::float8 FROM ax.tasks "
+            "WHERE node_id IS NULL AND run_at <= now()");
+        s.oldest_pending_age_s = o.float8(0, 0);
+        detail::Result u = connection().exec(
+            "SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM ax.nodes n WHERE n.lease_until > now() "
+            "AND t.kind = ANY (n.kinds)) THEN 'kind ' || t.kind || ': no live node handles it' "
+            "ELSE 'kind ' || t.kind || ' tags [' || array_to_string(t.tags, ',') || "
+            "']: no live node offers them' END, count(*) "
+            "FROM ax.tasks t WHERE t.node_id IS NULL AND NOT EXISTS (SELECT 1 FROM ax.nodes n "
+            "WHERE n.lease_until > now() AND t.kind = ANY (n.kinds) AND t.tags <@ n.tags) "
+            "GROUP BY 1 ORDER BY 1");
+        for (int i = 0; i < u.rows(); ++i) {
+            s.unclaimable.emplace_back(std::string(u.text(i, 0)), u.int64(i, 1));
+            s.unclaimable_total += u.int64(i, 1);
+        }
+        detail::Result k = connection().exec("SELECT name, value FROM ax.counters");
+        for (int i = 0; i < k.rows(); ++i) {
+            const auto name = k.text(i, 0);
+            const auto v = k.int64(i, 1);
+            if (name == "reclaimed_batches")
+                s.reclaimed_batches = v;
+            else if (name == "reclaimed_tasks")
+                s.reclaimed_tasks = v;
+            else if (name == "checksum_mismatches")
+                s.checksum_mismatches = v;
+        }
+        return s;
+    }
+
+    /// The options in force.
+    [[nodiscard]] const ClientOptions& options() const noexcept { return options_; }
+
+  private:
+    detail::Connection& connection() {
+        if (!conn_.ok())
+            conn_ = detail::Connection::open(conninfo_);
+        return conn_;
+    }
+
+    [[noreturn]] static void bad(std::size_t i, const char* field, const std::string& value,
+                                 const std::string& why) {
+        throw std::invalid_argument("ax::pg::NewTask #" + std::to_string(i) + ": " + field + " = " +
+                                    value + ": " + why);
+    }
+
+    void validate(const NewTask& t, std::size_t i) const {
+        if (t.kind.empty() || t.kind.size() > 200)
+            bad(i, "kind", "'" + std::string(t.kind.substr(0, 40)) + "'", "must be 1..200 bytes");
+        if (t.payload.size() > options_.max_payload_bytes)
+            bad(i, "payload", std::to_string(t.payload.size()) + " bytes",
+                "exceeds max_payload_bytes (" + std::to_string(options_.max_payload_bytes) +
+                    "); store big blobs elsewhere and enqueue their key");
+        if (static_cast<unsigned>(t.priority) > 2)
+            bad(i, "priority", std::to_string(static_cast<unsigned>(t.priority)),
+                "must be high, normal or low");
+        if (t.max_attempts < 1 || t.max_attempts > 1000)
+            bad(i, "max_attempts", std::to_string(t.max_attempts), "must be in 1..1000");
+        if (t.timeout.count() < 0 || t.timeout > std::chrono::hours(24))
+            bad(i, "timeout", std::to_string(t.timeout.count()) + " ms", "must be in 0..24 h");
+        if (t.delay.count() < 0 || t.delay > std::chrono::hours(24 * 366))
+            bad(i, "delay", std::to_string(t.delay.count()) + " ms", "must be in 0..366 days");
+        if (t.idempotency_key.size() > 512)
+            bad(i, "idempotency_key", std::to_string(t.idempotency_key.size()) + " bytes",
+                "must be at most 512 bytes");
+        for (std::string_view tag : t.tags)
+            if (tag.empty() || tag.size() > 100 || tag.find(',') != std::string_view::npos ||
+                tag.find('{') != std::string_view::npos || tag.find('"') != std::string_view::npos)
+                bad(i, "tags", "'" + std::string(tag.substr(0, 40)) + "'",
+                    "each tag must be 1..100 bytes without ',', '{' or '\"'");
+    }
+
+    static TaskState parse_state(std::string_view s) {
+        if (s == "pending")
+            return TaskState::pending;
+        if (s == "scheduled")
+            return TaskState::scheduled;
+        if (s == "claimed")
+            return TaskState::claimed;
+        if (s == "succeeded")
+            return TaskState::succeeded;
+        if (s == "cancelled")
+            return TaskState::cancelled;
+        if (s == "dead_lettered")
+            return TaskState::dead_lettered;
+        return TaskState::discarded;
+    }
+
+  public:
+    /// Parses a JSON array of strings as array_to_json writes it (for operators' tools).
+    static std::vector<std::string> parse_json_strings(std::string_view j) {
+        std::vector<std::string> out;
+        std::size_t i = 0;
+        while (i < j.size()) {
+            if (j[i] != '"') {
+                ++i;
+                continue;
+            }
+            std::string s;
+            for (++i; i < j.size() && j[i] != '"'; ++i) {
+                if (j[i] == '\\' && i + 1 < j.size()) {
+                    const char e = j[++i];
+                    switch (e) {
+                    case 'n':
+                        s += '\n';
+                        break;
+                    case 't':
+                        s += '\t';
+                        break;
+                    case 'r':
+                        s += '\r';
+                        break;
+                    case 'u':
+                        // Control characters only (array_to_json escapes nothing else).
+                        if (i + 4 < j.size()) {
+                            s += static_cast<char>(
+                                std::stoi(std::string(j.substr(i + 1, 4)), nullptr, 16));
+                            i += 4;
+                        }
+                        break;
+                    default:
+                        s += e;
+                    }
+                } else {
+                    s += j[i];
+                }
+            }
+            ++i;
+            out.push_back(std::move(s));
+        }
+        return out;
+    }
+
+  private:
+    std::string conninfo_;
+    ClientOptions options_;
+    detail::Connection conn_;
+};
+
+} // namespace ax::pg

@@ -1,0 +1,168 @@
+// A node process for the multi-process tests of ax::pg. It runs until SIGTERM (graceful stop)
+// or SIGKILL, and logs what it ran.
+//
+//   pg_test_node --db CONNINFO --name NAME [--kinds a,b] [--tags gpu] [--lease-ms N]
+//                [--maintain-ms N] [--workers N] [--max-batch N] [--tasks-per-worker N]
+//                [--log FILE]
+//
+// Kinds (handlers):
+//   noop       appends "<id>\n" to --log (flushed at exit)
+//   record     inserts into results(task_id PK, node) ON CONFLICT DO NOTHING (an idempotent
+//              handler) and into runs(task_id, node) (every execution), on its own connection
+//   sleep      sleeps payload milliseconds (honouring the stop token), then does what record does
+//   wait_stop  waits (up to 60 s) until its stop token is requested, then inserts into
+//              stops(task_id, node) and returns
+//   gpu        like record (tests give it a required tag)
+
+#include <ax/pg/pg.hpp>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+void on_term(int) {
+    g_stop.store(true);
+}
+
+std::vector<std::string> split(const std::string& s) {
+    std::vector<std::string> out;
+    std::stringstream ss(s);
+    std::string x;
+    while (std::getline(ss, x, ','))
+        if (!x.empty())
+            out.push_back(x);
+    return out;
+}
+
+std::string g_db, g_name;
+
+/// One connection per worker thread for the handlers' own writes.
+ax::pg::detail::Connection& handler_conn() {
+    thread_local ax::pg::detail::Connection c;
+    if (!c.ok())
+        c = ax::pg::detail::Connection::open(g_db);
+    return c;
+}
+
+void record(std::int64_t id) {
+    const std::string ids = std::to_string(id);
+    auto& c = handler_conn();
+    c.exec_params("INSERT INTO runs (task_id, node) VALUES ($1, $2)",
+                  {ids.c_str(), g_name.c_str()});
+    c.exec_params("INSERT INTO results (task_id, node) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                  {ids.c_str(), g_name.c_str()});
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    ax::pg::NodeOptions o;
+    std::vector<std::string> kinds = {"noop"};
+    std::string log_path;
+    std::uint32_t workers = 4;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        const std::string k = argv[i], v = argv[i + 1];
+        if (k == "--db")
+            o.conninfo = g_db = v;
+        else if (k == "--name")
+            o.name = g_name = v;
+        else if (k == "--kinds")
+            kinds = split(v);
+        else if (k == "--tags")
+            o.tags = split(v);
+        else if (k == "--lease-ms")
+            o.lease = std::chrono::milliseconds(std::stoll(v));
+        else if (k == "--maintain-ms")
+            o.maintenance_interval = std::chrono::milliseconds(std::stoll(v));
+        else if (k == "--workers")
+            workers = static_cast<std::uint32_t>(std::stoul(v));
+        else if (k == "--max-batch")
+            o.max_batch = static_cast<std::uint32_t>(std::stoul(v));
+        else if (k == "--tasks-per-worker")
+            o.tasks_per_worker = static_cast<std::uint32_t>(std::stoul(v));
+        else if (k == "--log")
+            log_path = v;
+        else {
+            std::fprintf(stderr, "pg_test_node: unknown option %s\n", k.c_str());
+            return 2;
+        }
+    }
+    o.scheduler.min_workers = workers;
+    o.scheduler.max_workers = workers;
+    o.poll_interval = std::chrono::milliseconds(200);
+    o.reconnect_base = std::chrono::milliseconds(50);
+    o.reconnect_max = std::chrono::milliseconds(1000);
+    o.stop_grace = std::chrono::milliseconds(10000);
+    o.on_event = [](std::string_view e) {
+        std::fprintf(stderr, "[%s] %.*s\n", g_name.c_str(), static_cast<int>(e.size()), e.data());
+    };
+    std::signal(SIGTERM, on_term);
+    std::signal(SIGINT, on_term);
+
+    std::mutex log_mutex;
+    std::string log_buf;
+    ax::pg::Node node(o);
+    for (const auto& kind : kinds) {
+        if (kind == "noop") {
+            node.handle(kind, [&](ax::pg::Job& j) {
+                char b[24];
+                const int n = std::snprintf(b, sizeof b, "%lld\n", static_cast<long long>(j.id()));
+                std::lock_guard lock(log_mutex);
+                log_buf.append(b, static_cast<std::size_t>(n));
+            });
+        } else if (kind == "record" || kind == "gpu") {
+            node.handle(kind, [](ax::pg::Job& j) { record(j.id()); });
+        } else if (kind == "sleep") {
+            node.handle(kind, [](ax::pg::Job& j) {
+                const auto ms = std::stoll(std::string(j.payload().empty() ? "0" : j.payload()));
+                const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+                while (std::chrono::steady_clock::now() < until && !j.stop_requested())
+                    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                if (j.stop_requested())
+                    throw std::runtime_error("stopped");
+                record(j.id());
+            });
+        } else if (kind == "wait_stop") {
+            node.handle(kind, [](ax::pg::Job& j) {
+                const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+                while (!j.stop_requested() && std::chrono::steady_clock::now() < until)
+                    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+                const std::string ids = std::to_string(j.id());
+                handler_conn().exec_params(
+                    "INSERT INTO stops (task_id, node, saw_stop) VALUES ($1, $2, $3)",
+                    {ids.c_str(), g_name.c_str(), j.stop_requested() ? "t" : "f"});
+            });
+        } else {
+            std::fprintf(stderr, "pg_test_node: unknown kind %s\n", kind.c_str());
+            return 2;
+        }
+    }
+    node.start();
+    std::fprintf(stderr, "[%s] started\n", g_name.c_str());
+    while (!g_stop.load())
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    node.stop();
+    const auto st = node.stats();
+    if (!log_path.empty()) {
+        std::FILE* f = std::fopen(log_path.c_str(), "w");
+        if (f == nullptr)
+            return 3;
+        std::fwrite(log_buf.data(), 1, log_buf.size(), f);
+        std::fclose(f);
+    }
+    std::fprintf(
+        stderr,
+        "[%s] stopped: %llu claims, %llu succeeded, %llu failed, %llu released, %llu reconnects\n",
+        g_name.c_str(), static_cast<unsigned long long>(st.claims),
+        static_cast<unsigned long long>(st.succeeded), static_cast<unsigned long long>(st.failed),
+        static_cast<unsigned long long>(st.released),
+        static_cast<unsigned long long>(st.reconnects));
+    return 0;
+}
