@@ -8,6 +8,8 @@ packages=(
     # libFuzzer and the clang sanitizer runtimes (scripts/fuzz.sh, the tsan/asan presets)
     libclang-rt-14-dev
     catch2 libbenchmark-dev libfmt-dev libtbb-dev libasio-dev
+    # ax::pg (libpq) and the throw-away server its tests run against (scripts/pg-server.sh)
+    libpq-dev postgresql
     "$@"
 )
 

@@ -16,7 +16,7 @@
 #                    restart the server while nodes run)
 #   PGHOST PGPORT PGUSER PGDATABASE   the same target, for psql
 # Extra server settings: AX_PG_SETTINGS="-c fsync=off -c shared_buffers=256MB" (default: initdb's).
-# Exit status: COMMAND's; 2 if no server could be started (the message says why).
+# Exit status: COMMAND's; 75 if no server could be started (the message says why).
 set -euo pipefail
 
 pg_user="${AX_PG_USER:-axpg}"
@@ -27,7 +27,7 @@ fi
 if [ -z "$bindir" ] && command -v initdb >/dev/null 2>&1; then bindir="$(dirname "$(command -v initdb)")"; fi
 if [ -z "$bindir" ] || [ ! -x "$bindir/initdb" ]; then
     echo "pg-server.sh: no PostgreSQL server binaries (initdb) found; install the Debian 'postgresql' package" >&2
-    exit 2
+    exit 75
 fi
 
 [ "${1:-}" = "--" ] && shift
@@ -65,7 +65,7 @@ if ! "${as_user[@]}" "$bindir/initdb" -D "$dir/data" -U postgres --auth=trust --
         >"$dir/log/initdb.log" 2>&1; then
     echo "pg-server.sh: initdb failed:" >&2
     cat "$dir/log/initdb.log" >&2
-    exit 2
+    exit 75
 fi
 
 started=""
@@ -83,7 +83,7 @@ done
 if [ -z "$started" ]; then
     echo "pg-server.sh: the server did not start; its log:" >&2
     cat "$dir/log/server.log" >&2 2>/dev/null || true
-    exit 2
+    exit 75
 fi
 
 # A ctl script so callers can restart the server (its options are remembered by pg_ctl).
