@@ -455,7 +455,9 @@ async function hotTableStats(info) {
         live = 0,
         dead = 0;
     for (const t of info.hot_tables) {
-        const parts = await q("select relid::regclass::text as r from pg_partition_tree($1::regclass) where isleaf", [t]);
+        // A plain table has no partition tree: then it is its own only part.
+        let parts = await q("select relid::regclass::text as r from pg_partition_tree($1::regclass) where isleaf", [t]);
+        if (parts.length === 0) parts = [{ r: t }];
         for (const { r } of parts) {
             bytes += Number((await q("select pg_total_relation_size($1::regclass)::bigint as b", [r]))[0].b);
             const [st] = await q("select tuple_count::bigint as l, dead_tuple_count::bigint as d from pgstattuple($1)", [r]);
@@ -477,7 +479,8 @@ async function hotTableBytes(info) {
         bytes += Number(
             (
                 await q(
-                    "select coalesce(sum(pg_total_relation_size(relid)), 0)::bigint as b from pg_partition_tree($1::regclass)",
+                    `select coalesce((select sum(pg_total_relation_size(relid)) from pg_partition_tree($1::regclass)),
+                                     pg_total_relation_size($1::regclass))::bigint as b`,
                     [t],
                 )
             )[0].b,

@@ -11,8 +11,19 @@ function niceStep(x) {
     for (const m of [1, 1.25, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10]) if (m * p >= x) return m * p;
     return 10 * p;
 }
-// An axis maximum whose quarter is a round number.
-const niceMax = (x) => 4 * niceStep(x / 4);
+// The smallest axis [max, ticks] at or above x with 4 or 5 round steps (so tick labels stay round).
+function niceAxis(x) {
+    if (!(x > 0)) return [1, 4];
+    let best = null;
+    for (const n of [4, 5]) {
+        const p = 10 ** Math.floor(Math.log10(x / n));
+        for (const m of [1, 2, 2.5, 4, 5, 10]) {
+            const top = n * m * p;
+            if (top >= x && (!best || top < best[0])) best = [top, n];
+        }
+    }
+    return best;
+}
 const kfmt = (v) => (v >= 1000 ? `${+(v / 1000).toFixed(1)}k` : `${+v.toFixed(0)}`);
 
 export function writeSvg(file, meta, results) {
@@ -32,11 +43,11 @@ export function writeSvg(file, meta, results) {
             `bench-pg — no-op tasks on one PostgreSQL 15 (initdb defaults), 2 shared vCPUs${meta.cfg.quick ? " (quick run)" : ""}`,
         )}</text>\n`;
 
-    const panel = (y0, y1, xTicks, xOf, yMax, yLabel, xLabel, title) => {
+    const panel = (y0, y1, xTicks, xOf, [yMax, yTicks], yLabel, xLabel, title) => {
         svg += `<text x="${left}" y="${y0 - 8}" font-weight="bold">${esc(title)}</text>\n`;
-        for (let i = 0; i <= 4; i++) {
-            const v = (yMax * i) / 4;
-            const y = y1 - ((y1 - y0) * i) / 4;
+        for (let i = 0; i <= yTicks; i++) {
+            const v = (yMax * i) / yTicks;
+            const y = y1 - ((y1 - y0) * i) / yTicks;
             svg += `<line x1="${left}" y1="${y.toFixed(1)}" x2="${right}" y2="${y.toFixed(1)}" stroke="#ddd"/>\n`;
             svg += `<text x="${left - 6}" y="${(y + 4).toFixed(1)}" text-anchor="end">${kfmt(v)}</text>\n`;
         }
@@ -57,10 +68,11 @@ export function writeSvg(file, meta, results) {
     const bd = group(results, "burndown");
     const nodes = [...new Set(bd.map((r) => r.nodes))].sort((a, b) => a - b);
     const p1 = [60, 300];
-    const yMax1 = niceMax(Math.max(1, ...bd.map((r) => r.rate)) * 1.05);
+    const axis1 = niceAxis(Math.max(1, ...bd.map((r) => r.rate)) * 1.05);
+    const yMax1 = axis1[0];
     const xOf1 = (n) => left + 40 + ((right - left - 80) * nodes.indexOf(n)) / Math.max(1, nodes.length - 1);
     const yOf1 = (v) => p1[1] - ((p1[1] - p1[0]) * v) / yMax1;
-    panel(p1[0], p1[1], nodes.map((n) => [n, String(n)]), xOf1, yMax1, "tasks/s (claim + run + ack)", "node processes", `Burn-down of ${meta.cfg.tasks} queued tasks: throughput by node processes`);
+    panel(p1[0], p1[1], nodes.map((n) => [n, String(n)]), xOf1, axis1, "tasks/s (claim + run + ack)", "node processes", `Burn-down of ${meta.cfg.tasks} queued tasks: throughput by node processes`);
     const ids1 = order.filter((id) => bd.some((r) => r.variant === id));
     for (const id of ids1) {
         const rs = bd.filter((r) => r.variant === id).sort((a, b) => a.nodes - b.nodes);
@@ -74,13 +86,14 @@ export function writeSvg(file, meta, results) {
     const st = group(results, "steady");
     const p2 = [400, 620];
     const tMax = Math.max(1, ...st.flatMap((r) => r.samples.map((s) => s.t)));
-    const yMax2 = niceMax(Math.max(meta.cfg.backlog, ...st.flatMap((r) => r.samples.map((s) => s.backlog))) * 1.05);
+    const axis2 = niceAxis(Math.max(meta.cfg.backlog, ...st.flatMap((r) => r.samples.map((s) => s.backlog))) * 1.05);
+    const yMax2 = axis2[0];
     const xOf2 = (t) => left + ((right - left) * t) / tMax;
     const yOf2 = (v) => p2[1] - ((p2[1] - p2[0]) * v) / yMax2;
     const step = niceStep(tMax / 6);
     const ticks = [];
     for (let t = 0; t <= tMax + 1e-9; t += step) ticks.push([t, String(+t.toFixed(1))]);
-    panel(p2[0], p2[1], ticks, xOf2, yMax2, "unfinished tasks", "time (s)", `Steady state: backlog held near ${meta.cfg.backlog} by the producer (${meta.cfg.steadyNodes} node process${meta.cfg.steadyNodes > 1 ? "es" : ""})`);
+    panel(p2[0], p2[1], ticks, xOf2, axis2, "unfinished tasks", "time (s)", `Steady state: backlog held near ${meta.cfg.backlog} by the producer (${meta.cfg.steadyNodes} node process${meta.cfg.steadyNodes > 1 ? "es" : ""})`);
     const ids2 = order.filter((id) => st.some((r) => r.variant === id));
     for (const id of ids2) {
         const r = st.find((x) => x.variant === id);

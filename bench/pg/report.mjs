@@ -3,7 +3,7 @@
 
 const f = (x, d = 0) => (x === null || x === undefined || !Number.isFinite(Number(x)) ? "–" : Number(x).toFixed(d));
 const int = (x) => (x === null || x === undefined ? "–" : Math.round(x).toLocaleString("en-US").replace(/,/g, " "));
-const mib = (b) => `${f(b / 1048576, 1)} MiB`;
+const mib = (b) => (b < 1048576 ? `${f(b / 1024, 0)} KiB` : `${f(b / 1048576, 1)} MiB`);
 
 // Rounds: one row per (side, workload, nodes), the median run's figures, every run's rate listed.
 export function group(results, workload) {
