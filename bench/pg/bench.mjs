@@ -246,13 +246,26 @@ let postmaster = 0;
 // PostgreSQL's CPU: the postmaster with the CPU of its exited children (backends that closed),
 // plus every live child (backends, checkpointer, walwriter, autovacuum).
 function pgCpu() {
-    let total = procCpu(postmaster, true);
+    return pgCpuParts().total;
+}
+// The same, split by process title ("postgres: walwriter", "postgres: bench bench 127.0.0.1(…)"
+// = a backend, "autovacuum worker", ...). Exited children only show up in "exited".
+function pgCpuParts() {
+    const parts = { exited: procCpu(postmaster, true) - procCpu(postmaster, false), postmaster: procCpu(postmaster, false) };
     for (const d of fs.readdirSync("/proc")) {
         if (d.charCodeAt(0) < 48 || d.charCodeAt(0) > 57) continue;
         const s = procStat(d);
-        if (s && s.ppid === postmaster) total += (s.ut + s.st) / CLK_TCK;
+        if (!s || s.ppid !== postmaster) continue;
+        let title = "";
+        try {
+            title = fs.readFileSync(`/proc/${d}/cmdline`, "utf8").replace(/\0/g, " ").trim();
+        } catch {}
+        const m = /^postgres: (?:\S+ )?(\S+) (\S+) (?:\d+\.\d+\.\d+\.\d+|\[local\])/.exec(title);
+        const kind = m ? `backends (${m[1]})` : title.replace(/^postgres: /, "").replace(/ .*$/, "") || "other";
+        parts[kind] = (parts[kind] || 0) + (s.ut + s.st) / CLK_TCK;
     }
-    return total;
+    parts.total = Object.values(parts).reduce((a, b) => a + b, 0);
+    return parts;
 }
 
 // --- the control connection (superuser, not counted in statements per task) ------------------
@@ -348,7 +361,8 @@ async function startNodes(v, nodes, producer = null) {
     for (const c of cs) await c.wait("ready", 60000);
     const c0 = await counters();
     const pq0 = producerQueries();
-    const pg0 = pgCpu();
+    const parts0 = pgCpuParts();
+    const pg0 = parts0.total;
     const cl0 = cs.map((c) => c.cpu());
     const t0 = process.hrtime.bigint();
     for (const c of cs) c.send("go");
@@ -359,7 +373,8 @@ async function startNodes(v, nodes, producer = null) {
         elapsed: () => Number(process.hrtime.bigint() - t0) / 1e9,
         async finish(tasks) {
             const wall = this.elapsed();
-            const pg1 = pgCpu();
+            const parts1 = pgCpuParts();
+            const pg1 = parts1.total;
             const cl1 = cs.reduce((s, c, i) => s + (c.exitInfo ? 0 : c.cpu() - cl0[i]), 0);
             const pq1 = producerQueries();
             const stats = await Promise.all(cs.map((c) => c.stop()));
@@ -373,8 +388,12 @@ async function startNodes(v, nodes, producer = null) {
             };
             const claims = sum("claims");
             const n = tasks ?? sum("done");
+            const pg_parts_us = {};
+            for (const k of Object.keys(parts1))
+                if (k !== "total") pg_parts_us[k] = (((parts1[k] || 0) - (parts0[k] || 0)) / n) * 1e6;
             return {
                 wall,
+                pg_parts_us,
                 tasks: n,
                 rate: n / wall,
                 batch: claims ? sum("claimed_rows") / claims : null,

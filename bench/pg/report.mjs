@@ -172,6 +172,23 @@ export function report(meta, results) {
                     `| ${name(r.variant)}${r.variant.startsWith("ax-") ? ` (${conf(r.variant)})` : ""} | \`${t.query.replace(/\|/g, "\\|").slice(0, 90)}\` | ${int(t.calls)} | ${int(t.rows)} | ${f(t.ms, 0)} | ${f((t.ms * 1000) / r.tasks, 1)} |`,
                 );
         out.push("");
+        out.push("PostgreSQL CPU per task by process (µs; a backend that exited lands in \"exited\"):");
+        out.push("");
+        out.push("| side | " + ["backends", "walwriter", "autovacuum", "checkpointer", "other"].join(" | ") + " |");
+        out.push("| --- | ---: | ---: | ---: | ---: | ---: |");
+        for (const r of prof.sort(order)) {
+            const p = r.pg_parts_us || {};
+            let be = 0, ww = 0, av = 0, cp = 0, ot = 0;
+            for (const [k, v] of Object.entries(p)) {
+                if (k.startsWith("backends")) be += v;
+                else if (k === "walwriter") ww += v;
+                else if (k.startsWith("autovacuum")) av += v;
+                else if (k === "checkpointer") cp += v;
+                else ot += v;
+            }
+            out.push(`| ${name(r.variant)}${r.variant.startsWith("ax-") ? ` (${conf(r.variant)})` : ""} | ${f(be, 1)} | ${f(ww, 1)} | ${f(av, 1)} | ${f(cp, 1)} | ${f(ot, 1)} |`);
+        }
+        out.push("");
         out.push("Execution time is wall time inside the server (it includes waiting for locks and, for COMMIT, for the WAL flush), not CPU.");
         out.push("");
     }
