@@ -36,6 +36,7 @@ if [ -f include/ax/pg/node.hpp ]; then
     if cmake -S bench/pg -B build/bench-pg/ax -DCMAKE_BUILD_TYPE=Release >/dev/null &&
         cmake --build build/bench-pg/ax -j2 --target ax_pg_bench; then
         ax_args=(--ax-bin "$root/build/bench-pg/ax/ax_pg_bench")
+        export AX_BENCH_PG_AX_SOURCE="commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
     else
         echo "bench-pg.sh: WARNING: ax_pg_bench did not build: running the peers only" >&2
     fi

@@ -673,7 +673,7 @@ async function main() {
     await ctl.end();
 
     fs.mkdirSync(cfg.out, { recursive: true });
-    const meta = { command: process.env.BENCH_PG_CMD || "node bench/pg/bench.mjs " + argv.join(" "), version, settings, cfg, date: new Date().toISOString(), variants: active.map(({ cmd, ...v }) => v) };
+    const meta = { ax_source: process.env.AX_BENCH_PG_AX_SOURCE || null, command: process.env.BENCH_PG_CMD || "node bench/pg/bench.mjs " + argv.join(" "), version, settings, cfg, date: new Date().toISOString(), variants: active.map(({ cmd, ...v }) => v) };
     fs.writeFileSync(path.join(cfg.out, "pg.json"), JSON.stringify({ meta, results }, null, 1) + "\n");
     const { report } = await import("./report.mjs");
     const md = report(meta, results);

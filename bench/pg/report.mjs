@@ -32,7 +32,8 @@ export function report(meta, results) {
     out.push(
         `Run ${meta.date.slice(0, 16).replace("T", " ")} UTC, \`${meta.command}\`; ` +
             `${meta.version.split(",")[0]}, initdb defaults (${meta.settings.map((s) => `${s.name}=${s.setting}`).join(", ")}). ` +
-            `No-op tasks, priorities mixed 3:2:1. Every side ran against the same server in this run, in alternating order.`,
+            `No-op tasks, priorities mixed 3:2:1. Every side ran against the same server in this run, in alternating order.` +
+            (meta.ax_source ? ` ax built from ${meta.ax_source}.` : ""),
     );
     out.push("");
 
