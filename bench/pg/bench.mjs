@@ -290,12 +290,12 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 async function topStatements() {
     return (
         await q(
-            `select calls::bigint as calls, total_exec_time as ms, rows::bigint as rows,
+            `select calls::bigint as calls, total_exec_time as ms, rows::bigint as rows, mean_exec_time as mean_ms, max_exec_time as max_ms,
                     left(regexp_replace(query, '\\s+', ' ', 'g'), 120) as query
                from pg_stat_statements where userid = 'bench'::regrole
               order by total_exec_time desc limit 8`,
         )
-    ).map((r) => ({ calls: Number(r.calls), ms: Number(r.ms), rows: Number(r.rows), query: r.query }));
+    ).map((r) => ({ calls: Number(r.calls), ms: Number(r.ms), rows: Number(r.rows), mean_ms: Number(r.mean_ms), max_ms: Number(r.max_ms), query: r.query }));
 }
 
 async function infoOf(v) {

@@ -165,12 +165,12 @@ export function report(meta, results) {
     if (prof.length) {
         out.push(`## Where the server's time goes (burn-down, ${Math.min(...cfg.nodes)} node; \`pg_stat_statements\`, bench role)`);
         out.push("");
-        out.push("| side | statement | calls | rows | exec ms | exec µs/task |");
-        out.push("| --- | --- | ---: | ---: | ---: | ---: |");
+        out.push("| side | statement | calls | rows | exec ms | exec µs/task | mean / max ms per call |");
+        out.push("| --- | --- | ---: | ---: | ---: | ---: | ---: |");
         for (const r of prof.sort(order))
             for (const t of r.top_statements.slice(0, 5))
                 out.push(
-                    `| ${name(r.variant)}${r.variant.startsWith("ax-") ? ` (${conf(r.variant)})` : ""} | \`${t.query.replace(/\|/g, "\\|").slice(0, 90)}\` | ${int(t.calls)} | ${int(t.rows)} | ${f(t.ms, 0)} | ${f((t.ms * 1000) / r.tasks, 1)} |`,
+                    `| ${name(r.variant)}${r.variant.startsWith("ax-") ? ` (${conf(r.variant)})` : ""} | \`${t.query.replace(/\|/g, "\\|").slice(0, 90)}\` | ${int(t.calls)} | ${int(t.rows)} | ${f(t.ms, 0)} | ${f((t.ms * 1000) / r.tasks, 1)} | ${f(t.mean_ms, 2)} / ${f(t.max_ms, 1)} |`,
                 );
         out.push("");
         out.push("PostgreSQL CPU per task by process (µs; a backend that exited lands in \"exited\"):");
