@@ -34,16 +34,16 @@ a=$!
 b=$!
 echo "demo: two nodes started (lease $lease ms); waiting until about 40% are done"
 until [ "$(q "SELECT count(*) FROM demo_results")" -ge $((tasks * 2 / 5)) ]; do sleep 0.1; done
+kill -9 "$a"; wait "$a" 2>/dev/null || true
 held="$(q "SELECT count(*) FROM ax.tasks t JOIN ax.nodes n ON n.id = t.node_id WHERE n.name = '"'"'node-a'"'"'")"
 batches="$(q "SELECT string_agg(b.id::text, '"'"','"'"') FROM ax.batches b JOIN ax.nodes n ON n.id = b.node_id WHERE n.name = '"'"'node-a'"'"'")"
-kill -9 "$a"; wait "$a" 2>/dev/null || true
-echo "demo: kill -9 node-a while it held $held claimed task(s) in batch(es) ${batches:-none}"
+echo "demo: kill -9 node-a; it held $held claimed task(s) in batch(es) ${batches:-none}"
 t0=$(date +%s.%N)
 until [ "$(q "SELECT count(*) FROM ax.tasks")" -eq 0 ]; do sleep 0.1; done
 t1=$(date +%s.%N)
 kill -TERM "$b"; wait "$b" || true
 echo
-echo "demo: node-a output (killed):"; sed "s/^/    /" "$log/a.out" | tail -n 3
+echo "demo: node-a output (its last progress lines before the kill):"; sed "s/^/    /" "$log/a.out" | tail -n 3
 echo "demo: node-b output:"; grep -E "reclaimed|stopped" "$log/b.out" | sed "s/^/    /"
 echo
 echo "demo: per node, executions (demo_runs) and results kept (demo_results):"

@@ -101,12 +101,12 @@ int main(int argc, char** argv) {
         }
         node.stop();
         const auto s = node.stats();
-        std::printf(
-            "%s: stopped after %ld task(s); %llu claim(s), %llu handed back, %llu batch(es) "
-            "reclaimed from dead nodes\n",
-            g_name.c_str(), ran.load(), static_cast<unsigned long long>(s.claims),
-            static_cast<unsigned long long>(s.released),
-            static_cast<unsigned long long>(s.reclaimed_batches));
+        std::printf("%s: stopped after %ld task(s); %llu batch(es) claimed, %llu handed back, %llu "
+                    "batch(es) "
+                    "reclaimed from dead nodes\n",
+                    g_name.c_str(), ran.load(), static_cast<unsigned long long>(s.batches),
+                    static_cast<unsigned long long>(s.released),
+                    static_cast<unsigned long long>(s.reclaimed_batches));
         return 0;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "%s: %s\n", g_name.c_str(), e.what());

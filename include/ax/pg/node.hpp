@@ -144,7 +144,9 @@ struct NodeOptions {
 /// Counters of one node (monotonic, read any time).
 struct NodeStats {
     std::int64_t node_id = 0;
+    /// Claim statements sent, and how many of them returned tasks (a batch).
     std::uint64_t claims = 0;
+    std::uint64_t batches = 0;
     std::array<std::uint64_t, 3> claimed{};
     std::uint64_t succeeded = 0;
     std::uint64_t failed = 0;
@@ -381,6 +383,7 @@ class Node {
         NodeStats s;
         s.node_id = node_id_pub_.load(std::memory_order_relaxed);
         s.claims = claims_.load(std::memory_order_relaxed);
+        s.batches = batches_claimed_.load(std::memory_order_relaxed);
         for (std::size_t p = 0; p < 3; ++p)
             s.claimed[p] = claimed_[p].load(std::memory_order_relaxed);
         s.succeeded = succeeded_.load(std::memory_order_relaxed);
@@ -903,7 +906,11 @@ class Node {
     /// Whether to claim now, and how many per lane.
     bool want_claim(Clock::time_point now, std::array<std::uint32_t, 3>& quota) {
         const std::uint32_t depth = depth_.load();
-        const std::uint32_t free_slots = static_cast<std::uint32_t>(free_.size());
+        // Slots whose results go out in this round trip's acknowledgement count as free: they
+        // are freed before the claim's rows are taken (and the claim is not taken if that
+        // acknowledgement fails), so a claim is sized by what the node will have room for.
+        const std::uint32_t free_slots =
+            static_cast<std::uint32_t>(free_.size() + acked_slots_.size());
         if (free_slots == 0 || depth >= target_ || (!claim_now_ && depth > low_watermark_))
             return false;
         std::uint32_t batch = pid_.next(target_, depth, opt_.max_batch);
@@ -993,7 +1000,9 @@ class Node {
         (void)renewing;
         if (ack_ok)
             acks_confirmed();
-        if (claiming && claim_ok && claim_rows.get() != nullptr)
+        // A claim is taken only with its acknowledgement confirmed (it counted on those slots);
+        // otherwise its rows stay claimed in the database until their lease expires.
+        if (claiming && claim_ok && ack_ok && claim_rows.get() != nullptr)
             take_claim(std::move(claim_rows));
         else if (claiming)
             last_claim_full_ = false;
@@ -1130,6 +1139,7 @@ class Node {
             pid_.reset();
             return;
         }
+        batches_claimed_.fetch_add(1, std::memory_order_relaxed);
         std::uint32_t bi;
         if (!free_batches_.empty()) {
             bi = free_batches_.back();
@@ -1335,6 +1345,7 @@ class Node {
 
     std::atomic<std::int64_t> node_id_pub_{0};
     std::atomic<std::uint64_t> claims_{0};
+    std::atomic<std::uint64_t> batches_claimed_{0};
     std::array<std::atomic<std::uint64_t>, 3> claimed_{};
     std::atomic<std::uint64_t> succeeded_{0}, failed_{0}, cancelled_{0}, released_{0};
     std::atomic<std::uint64_t> reconnects_{0}, reclaimed_batches_{0}, reclaimed_tasks_{0};
