@@ -1,5 +1,7 @@
-// Unit tests for ax/task.hpp's detail::TaskSlab and ax::TaskId.
+// Unit tests for detail::TaskSlab (ax/detail/slab.hpp), the record manager (detail/callable.hpp) and ax::TaskId.
 #include <atomic>
+#include <ax/detail/callable.hpp>
+#include <ax/detail/slab.hpp>
 #include <ax/task.hpp>
 #include <catch2/catch.hpp>
 #include <cstdint>

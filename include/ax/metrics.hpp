@@ -1,7 +1,9 @@
 // ax — Adaptive eXchange Scheduler. SPDX-License-Identifier: MIT
 #pragma once
 
+#include "groups.hpp"
 #include "task.hpp"
+#include "tuning.hpp"
 
 #include <algorithm>
 #include <array>
@@ -51,43 +53,6 @@ struct WorkerStats {
     /// body returns.
     std::uint32_t orphans = 0;
     std::uint64_t orphaned = 0; ///< Threads set aside since start.
-};
-
-/// State of a group's circuit breaker.
-enum class BreakerState : std::uint8_t {
-    closed,    ///< Tasks flow (up to the group limit).
-    open,      ///< Too many recent failures: the group's tasks stay queued for the cool-down.
-    half_open, ///< Cool-down over: a few probe tasks run; success closes, failure re-opens.
-};
-
-/// Per-group circuit breaker settings (Scheduler::set_group_breaker).
-struct BreakerOptions {
-    /// Opens when failures / attempts reaches this ratio (default 0.5)...
-    double failure_ratio = 0.5;
-    /// ...over at least this many attempts in the current metrics window (default 20).
-    std::uint32_t min_attempts = 20;
-    /// How long the group's tasks stay held once open (default 5 s).
-    std::chrono::nanoseconds cooldown = std::chrono::seconds(5);
-    /// Tasks let through while half-open (default 1).
-    std::uint32_t probes = 1;
-};
-
-/// A concurrency group's state (Scheduler::group_stats, MetricsSnapshot::groups).
-struct GroupStats {
-    std::uint32_t limit = 0;   ///< Concurrent tasks allowed (0: no limit).
-    std::uint32_t active = 0;  ///< Tasks of the group dispatched and not yet ended.
-    std::uint32_t waiting = 0; ///< Tasks held back by the limit or the breaker (still queued).
-    bool breaker_enabled = false;
-    BreakerState breaker = BreakerState::closed;
-    std::uint32_t recent_attempts = 0; ///< Attempts the breaker counted in this window.
-    std::uint32_t recent_failures = 0;
-};
-
-/// One registered group in a metrics snapshot.
-struct GroupSnapshot {
-    GroupId id{};
-    std::string name;
-    GroupStats stats;
 };
 
 /// Counts since the scheduler started.

@@ -1,8 +1,8 @@
 // ax — Adaptive eXchange Scheduler. SPDX-License-Identifier: MIT
 #pragma once
 
+#include "detail/spin_lock.hpp"
 #include "task.hpp"
-#include "worker_pool.hpp"
 
 #include <algorithm>
 #include <array>
@@ -10,38 +10,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
-#include <thread>
 #include <vector>
 
 namespace ax::detail {
-
-/// Test-and-test-and-set lock for the scheduler's tiny critical sections (a push, a swap, a pop:
-/// tens of nanoseconds). Unlike std::mutex it never sleeps in the kernel on contention, which on
-/// this hot path cost a futex call per few tasks; it yields after a short spin so a preempted
-/// holder on an oversubscribed machine gets the CPU back. Meets Lockable.
-class SpinLock {
-  public:
-    void lock() noexcept {
-        for (std::uint32_t spins = 0;; ++spins) {
-            if (!locked_.exchange(true, std::memory_order_acquire))
-                return;
-            while (locked_.load(std::memory_order_relaxed)) {
-                if (++spins % 64 == 0)
-                    std::this_thread::yield();
-                else
-                    cpu_relax();
-            }
-        }
-    }
-    bool try_lock() noexcept {
-        return !locked_.load(std::memory_order_relaxed) &&
-               !locked_.exchange(true, std::memory_order_acquire);
-    }
-    void unlock() noexcept { locked_.store(false, std::memory_order_release); }
-
-  private:
-    std::atomic<bool> locked_{false};
-};
 
 /// Outcome of DoubleBufferQueue::try_push.
 enum class Admission : std::uint8_t { admitted, full, busy, closed };

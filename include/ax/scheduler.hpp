@@ -8,10 +8,17 @@
 #include "errors.hpp"
 #include "hooks.hpp"
 #include "metrics.hpp"
+#include "policies.hpp"
 #include "priority_ring.hpp"
 #include "queue.hpp"
 #include "retry.hpp"
+#include "detail/callable.hpp"
+#include "detail/host.hpp"
+#include "detail/record.hpp"
+#include "detail/slab.hpp"
 #include "task.hpp"
+#include "task_context.hpp"
+#include "task_handle.hpp"
 #include "worker_pool.hpp"
 
 #include <algorithm>
@@ -93,17 +100,10 @@ inline ErrorText describe_exception(const std::exception_ptr& e) {
     }
 }
 
-/// Which scheduler, if any, the current thread is a worker of (shutdown from inside a task must
-/// not join its own thread).
-inline thread_local const void* current_worker_owner = nullptr;
-/// The pool Worker the current thread is (for a helping wait to run subtasks on).
-inline thread_local void* current_worker_slot = nullptr;
-/// How deeply helping waits are nested on this thread.
-inline thread_local std::uint32_t help_depth = 0;
 
 /// The scheduler's shared state. Scheduler owns it through a shared_ptr; see docs/design.md for
 /// who calls what, and under which lock.
-template <class Clock, class Controller>
+template <SchedulerClock Clock, ControllerPolicy Controller>
 class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Clock, Controller>>,
                             public TaskHost {
   public:
@@ -1893,12 +1893,13 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
 /// The in-process scheduler: submit / cancel / query plus metrics and shutdown.
 ///
 /// Clock is the time source (std::chrono::steady_clock; ax::ManualClock in tests); Controller
-/// sizes the worker pool (ax::LittleController; see controller.hpp for the policy contract).
+/// sizes the worker pool (ax::LittleController). policies.hpp states both contracts as concepts.
 /// `ax::Scheduler<> sched;` or `ax::Scheduler sched{cfg};` use the defaults.
 ///
 /// Thread-safety: every member function may be called from any thread, including from inside a
 /// running task.
-template <class Clock = std::chrono::steady_clock, class Controller = LittleController>
+template <SchedulerClock Clock = std::chrono::steady_clock,
+          ControllerPolicy Controller = LittleController>
 class Scheduler {
     using Core = detail::SchedulerCore<Clock, Controller>;
 

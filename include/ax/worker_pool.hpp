@@ -1,11 +1,14 @@
 // ax — Adaptive eXchange Scheduler. SPDX-License-Identifier: MIT
 #pragma once
 
+#include "detail/record.hpp"
+#include "detail/spin_lock.hpp"
 #include "metrics.hpp"
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <concepts>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -14,32 +17,33 @@
 #include <thread>
 #include <vector>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
-
 namespace ax::detail {
 
-inline void cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-    _mm_pause();
-#elif defined(__aarch64__)
-    asm volatile("yield");
-#endif
-}
+/// What WorkerPool<Host> asks of its Host (the scheduler core), for a Worker `w`:
+///   run_one(w)        dispatch and run one task; false when there was none
+///   has_work()        cheap hint that run_one would find something (read by spinning and
+///                     parking workers without any lock)
+///   holds_reserved(w) the worker still has tasks reserved for it (it must not retire then;
+///                     they would never run)
+///   on_worker_start(w), on_worker_exit(w) the latter gives back reserved tasks left by a worker
+///                     leaving for shutdown or as an orphan
+/// and a default-constructible Host::WorkerLocal the pool keeps in each Worker for the host.
+template <class H, class W>
+concept PoolHost = std::default_initializable<typename H::WorkerLocal> &&
+                   requires(H& h, const H& ch, W& w) {
+                       { h.run_one(w) } -> std::same_as<bool>;
+                       { ch.has_work() } -> std::same_as<bool>;
+                       { ch.holds_reserved(w) } -> std::same_as<bool>;
+                       h.on_worker_start(w);
+                       h.on_worker_exit(w);
+                   };
 
 /// The elastic pool of seed §3.5 and §4.4. Threads are std::jthread; their number follows the
 /// controller's target: growth creates threads only while queued work exceeds the idle workers
 /// (idle ones are reused first), shrinking lets surplus workers leave after their current task
 /// (a running task is never interrupted), and min_workers always stay.
 ///
-/// Host is the scheduler core; it provides
-///   bool run_one(Worker&)   -- dispatch and run one task; false when there was none
-///   bool has_work()         -- cheap hint that run_one would find something
-///   bool holds_reserved(Worker&) -- the worker still has tasks reserved for it (it must not
-///                                  retire then; they would never run)
-///   void on_worker_start(Worker&), on_worker_exit(Worker&) -- the latter gives back reserved
-///                                  tasks left by a worker leaving for shutdown or as an orphan
+/// Host is the scheduler core; the PoolHost concept above says what it provides.
 ///
 /// A worker stuck in a timed-out body can be orphaned (try_orphan): it stops counting against
 /// max_workers, so the pool may start a replacement, and it leaves once its body returns.
@@ -54,14 +58,14 @@ template <class Host> class WorkerPool {
         WorkerCounters counters;
         /// Claim word of the attempt this worker runs: (serial << 32) | slot, or no_attempt.
         /// The watchdog reads it to find overdue attempts and swaps it to take one over.
-        std::atomic<std::uint64_t> current{UINT64_MAX};
+        std::atomic<std::uint64_t> current{no_attempt};
         /// Attempts started by this worker (the claim word's serial, so a token names one attempt).
         std::uint32_t serial = 0;
         /// Set aside by try_orphan: no longer counted in live workers; leaves after its task.
         std::atomic<bool> orphaned{false};
         /// Token of the last attempt whose orphaning the cap refused (tick thread only), so each
         /// refusal is counted once.
-        std::uint64_t refused_token = UINT64_MAX;
+        std::uint64_t refused_token = no_attempt;
         std::atomic<bool> exited{false};
         std::jthread thread;
         /// Host-specific per-worker state (e.g. its batch of finished slots).
@@ -72,6 +76,8 @@ template <class Host> class WorkerPool {
                std::uint32_t max_orphans = 0)
         : host_(host), min_(min_workers), max_(max_workers), max_orphans_(max_orphans) {
         target_.store(min_workers, std::memory_order_relaxed);
+        // Here rather than on the class: the host names WorkerPool<Host> while it is incomplete.
+        static_assert(PoolHost<Host, Worker>, "WorkerPool's Host does not meet PoolHost");
     }
     WorkerPool(const WorkerPool&) = delete;
     WorkerPool& operator=(const WorkerPool&) = delete;
@@ -223,7 +229,7 @@ template <class Host> class WorkerPool {
         }
         std::size_t abandoned = 0;
         for (auto& w : all) {
-            const bool stuck = w->current.load(std::memory_order_acquire) != UINT64_MAX;
+            const bool stuck = w->current.load(std::memory_order_acquire) != no_attempt;
             if (w->orphaned.load(std::memory_order_acquire) && !stuck &&
                 !w->exited.load(std::memory_order_acquire) && w->thread.joinable()) {
                 // An orphan whose attempt was taken over (already reported in the metrics).
@@ -264,7 +270,7 @@ template <class Host> class WorkerPool {
             if (!w->counters.busy.load(std::memory_order_seq_cst))
                 continue;
             if (w->orphaned.load(std::memory_order_acquire) &&
-                w->current.load(std::memory_order_acquire) == UINT64_MAX)
+                w->current.load(std::memory_order_acquire) == no_attempt)
                 continue;
             ++n;
         }

@@ -1,0 +1,273 @@
+// ax — Adaptive eXchange Scheduler. SPDX-License-Identifier: MIT
+#pragma once
+
+#include "../task.hpp"
+#include "../tuning.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <new>
+#include <optional>
+#include <stop_token>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace ax {
+namespace detail {
+
+struct TaskRecord;
+
+/// Operations a task's type-erased manager knows; the manager is the only code that knows the
+/// callable's and the result's types.
+/// run: context is an Attempt*. relocate: context is the destination record. clone: context is
+/// a void** receiving a heap copy of the callable (detachable records only). adopt: context is
+/// such a copy, which replaces the callable pointer in the record. drop: deletes such a copy.
+enum class ManagerOp : std::uint8_t { run, destroy, relocate, clone, adopt, drop };
+
+/// What the storage of a record holds.
+enum class Content : std::uint8_t { none, callable, value };
+
+/// Bits of TaskRecord::state besides the TaskState in the low byte.
+inline constexpr std::uint32_t state_mask = 0xffu;
+inline constexpr std::uint32_t cancel_requested_bit = 1u << 8;
+inline constexpr std::uint32_t has_waiter_bit = 1u << 9;
+/// Set by the watchdog when the running attempt outlived its timeout; cleared for the next one.
+inline constexpr std::uint32_t timed_out_bit = 1u << 10;
+/// Either reason to stop the running attempt.
+inline constexpr std::uint32_t stop_bits = cancel_requested_bit | timed_out_bit;
+/// Some when_all join waits for this task's end (its entry is in the scheduler's join table).
+inline constexpr std::uint32_t has_dependents_bit = 1u << 11;
+/// The running attempt's worker committed to the dead-letter ending: cancel() is too late.
+inline constexpr std::uint32_t ending_bit = 1u << 12;
+/// The scheduler forgot this task: it left the bounded history, or its dead letter was discarded.
+/// query() answers nullopt for it although a handle may still hold the record (set only on a
+/// terminal state; cleared when the slot is recycled).
+inline constexpr std::uint32_t forgotten_bit = 1u << 13;
+/// Bits that survive every non-terminal state change.
+inline constexpr std::uint32_t sticky_bits = has_waiter_bit | has_dependents_bit;
+
+/// TaskRecord::flags.
+inline constexpr std::uint8_t record_child = 1; ///< A subtask: queued in the subtask lane.
+/// The callable lives on the heap and can be copied, so a timed-out attempt stuck in its body
+/// can be taken over: the retry runs on a copy while the stuck body keeps the original.
+inline constexpr std::uint8_t record_detachable = 2;
+
+/// Value of a worker's claim word when it runs no attempt.
+inline constexpr std::uint64_t no_attempt = UINT64_MAX;
+
+/// One failed attempt, as the dead-letter list reports it.
+struct AttemptFailure {
+    std::uint32_t attempt = 0;
+    std::string type;    ///< Exception type ("std::runtime_error", "int", "ax::TaskTimedOut").
+    std::string message; ///< what(), or a description for non-std exceptions.
+    std::int64_t started_ns = 0;
+    std::int64_t ended_ns = 0;
+};
+
+/// Rarely needed, variable-sized fields, allocated the first time a slot needs them and reused by
+/// every later task of the slot, so steady-state submits do not allocate. Guarded by the record's
+/// extras flag (TaskRecord::lock_extras).
+struct TaskExtras {
+    std::string name;
+    std::string last_error;
+    std::string last_error_type;
+    /// Every failed attempt of the current series.
+    std::vector<AttemptFailure> failures;
+    /// What the handle rethrows once the task is dead-lettered.
+    std::exception_ptr final_error;
+};
+
+using Manager = std::exception_ptr (*)(ManagerOp, TaskRecord&, void* context);
+
+/// Bytes of a capture (or result) stored inline in the task record (see Tuning).
+inline constexpr std::size_t small_buffer_size = Tuning::small_buffer_size;
+
+/// One task's record: 128 bytes, two cache lines, in a slab. It carries the callable (inline when
+/// it fits small_buffer_size), then the result or the final exception in the same bytes.
+struct alignas(64) TaskRecord {
+    Manager manager = nullptr;
+    /// TaskState in the low byte, plus the flags above: cancel_requested_bit, has_waiter_bit,
+    /// timed_out_bit, has_dependents_bit, ending_bit and forgotten_bit.
+    std::atomic<std::uint32_t> state{0};
+    /// Owners: the scheduler until the task leaves history, each handle, each transient pin.
+    std::atomic<std::uint32_t> refs{0};
+    std::atomic<std::uint32_t> generation{1};
+    /// Link for the free list and for the priority lanes (slot index + 1; 0 ends a list).
+    std::atomic<std::uint32_t> next{0};
+    std::uint32_t timeout_ms = 0;
+    std::uint16_t group = 0;
+    /// Attempts started (a worker writes it while query reads it).
+    std::atomic<std::uint8_t> attempts{0};
+    std::uint8_t max_retries = 0;
+
+    alignas(16) unsigned char storage[small_buffer_size];
+
+    /// Times in nanoseconds of the scheduler's clock (atomic: query reads them while a worker
+    /// writes them).
+    std::atomic<std::int64_t> enqueue_ns{0};
+    std::atomic<std::int64_t> start_ns{0};
+    std::atomic<std::int64_t> finish_ns{0};
+    /// While running: time of the last heartbeat (or of the start). While waiting_retry: due time.
+    std::atomic<std::int64_t> mark_ns{0};
+    std::stop_source stop{std::nostopstate};
+    TaskExtras* extras = nullptr;
+    Priority priority = Priority::normal;
+    Content content = Content::none;
+    /// Guards extras->last_error, which a worker writes while query reads.
+    std::atomic<bool> extras_lock{false};
+    /// record_child, record_detachable; written at admission only.
+    std::uint8_t flags = 0;
+    std::uint8_t reserved_[4] = {};
+
+    TaskRecord() = default;
+    TaskRecord(const TaskRecord&) = delete;
+    TaskRecord& operator=(const TaskRecord&) = delete;
+    ~TaskRecord() {
+        destroy_content();
+        delete extras;
+    }
+
+    [[nodiscard]] TaskState load_state(std::memory_order mo = std::memory_order_acquire) const {
+        return static_cast<TaskState>(state.load(mo) & state_mask);
+    }
+    void destroy_content() noexcept {
+        if (content == Content::none)
+            return;
+        manager(ManagerOp::destroy, *this, nullptr);
+        content = Content::none;
+    }
+    /// The exception a dead-lettered task's handle rethrows (written before the terminal state is
+    /// published, never changed after).
+    [[nodiscard]] std::exception_ptr final_error() const noexcept {
+        return extras != nullptr ? extras->final_error : nullptr;
+    }
+    TaskExtras& ensure_extras() {
+        if (extras == nullptr)
+            extras = new TaskExtras();
+        return *extras;
+    }
+    void lock_extras() noexcept {
+        while (extras_lock.exchange(true, std::memory_order_acquire)) {
+            while (extras_lock.load(std::memory_order_relaxed)) {
+            }
+        }
+    }
+    void unlock_extras() noexcept { extras_lock.store(false, std::memory_order_release); }
+    /// The running task's stop token, creating the stop state on first use (under the extras
+    /// lock, which request_stop() takes too, so a cancel can never miss a token made meanwhile).
+    /// nullopt if `detached()`, checked under the same lock, says the attempt was taken over (the
+    /// state here may already be the retry's).
+    template <class Detached> std::optional<std::stop_token> stop_token(Detached&& detached) {
+        lock_extras();
+        if (detached()) {
+            unlock_extras();
+            return std::nullopt;
+        }
+        if (!stop.stop_possible()) {
+            try {
+                stop = std::stop_source();
+            } catch (...) {
+                unlock_extras();
+                throw;
+            }
+            if ((state.load(std::memory_order_acquire) & stop_bits) != 0)
+                stop.request_stop();
+        }
+        auto token = stop.get_token();
+        unlock_extras();
+        return token;
+    }
+    /// Drops a stop state whose stop was requested, so the next attempt gets a fresh token.
+    void renew_stop() noexcept {
+        lock_extras();
+        if (stop.stop_possible() && stop.stop_requested())
+            stop = std::stop_source(std::nostopstate);
+        unlock_extras();
+    }
+    /// Requests stop on the token handed out, if any. Call after setting a stop bit.
+    void request_stop() noexcept {
+        lock_extras();
+        if (stop.stop_possible())
+            stop.request_stop();
+        unlock_extras();
+    }
+    /// Records a failed attempt for query() and the dead-letter list.
+    void record_failure(AttemptFailure f) {
+        lock_extras();
+        try {
+            TaskExtras& x = ensure_extras();
+            x.last_error = f.message;
+            x.last_error_type = f.type;
+            x.failures.push_back(std::move(f));
+        } catch (...) {
+        }
+        unlock_extras();
+    }
+    void set_final_error(std::exception_ptr e) {
+        lock_extras();
+        try {
+            ensure_extras().final_error = std::move(e);
+        } catch (...) {
+        }
+        unlock_extras();
+    }
+};
+static_assert(sizeof(TaskRecord) == 128, "TaskRecord is sized to two cache lines");
+
+/// Whether a T is stored inline in a record's storage.
+template <class T>
+inline constexpr bool fits_inline = sizeof(T) <= small_buffer_size &&
+                                    alignof(T) <= 16 && std::is_nothrow_move_constructible_v<T>;
+
+
+/// The storage of a record as a T (inline, or the pointer to it on the heap).
+template <class T, bool Inline = fits_inline<T>> T* storage_as(TaskRecord& r) noexcept {
+    if constexpr (Inline) {
+        return std::launder(reinterpret_cast<T*>(r.storage));
+    } else {
+        return *std::launder(reinterpret_cast<T**>(r.storage));
+    }
+}
+
+/// A time in nanoseconds of Clock as Clock's time_point.
+template <class Clock> typename Clock::time_point to_time_point(std::int64_t ns) {
+    return typename Clock::time_point(
+        std::chrono::duration_cast<typename Clock::duration>(std::chrono::nanoseconds(ns)));
+}
+
+/// What query() reports of a pinned record (the caller holds a pin; the extras flag is taken for
+/// the strings).
+template <class Clock> TaskInfo<Clock> make_task_info(TaskRecord& r, TaskId id) {
+    TaskInfo<Clock> info;
+    const auto s = r.state.load(std::memory_order_acquire);
+    info.id = id;
+    info.state = static_cast<TaskState>(s & state_mask);
+    info.cancel_requested = (s & cancel_requested_bit) != 0;
+    info.timed_out = (s & timed_out_bit) != 0;
+    info.timeout = std::chrono::milliseconds(r.timeout_ms);
+    info.priority = r.priority;
+    info.attempts = r.attempts.load(std::memory_order_relaxed);
+    info.max_retries = r.max_retries;
+    info.group = GroupId{r.group};
+    info.enqueued = to_time_point<Clock>(r.enqueue_ns.load(std::memory_order_relaxed));
+    info.started = to_time_point<Clock>(r.start_ns.load(std::memory_order_relaxed));
+    info.finished = to_time_point<Clock>(r.finish_ns.load(std::memory_order_relaxed));
+    if (info.state == TaskState::waiting_retry)
+        info.retry_due = to_time_point<Clock>(r.mark_ns.load(std::memory_order_relaxed));
+    r.lock_extras();
+    if (r.extras != nullptr) {
+        info.name = r.extras->name;
+        info.last_error = r.extras->last_error;
+        info.last_error_type = r.extras->last_error_type;
+    }
+    r.unlock_extras();
+    return info;
+}
+
+} // namespace detail
+} // namespace ax

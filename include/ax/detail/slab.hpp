@@ -1,0 +1,223 @@
+// ax — Adaptive eXchange Scheduler. SPDX-License-Identifier: MIT
+#pragma once
+
+#include "../tuning.hpp"
+#include "record.hpp"
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stop_token>
+
+namespace ax::detail {
+
+/// Owns every task record: fixed-size chunks that never move, a lock-free free list of slot
+/// indices, and the striped mutex/condvar table that blocking waits park on. Shared by the
+/// scheduler and every handle, so a handle outlives its scheduler safely.
+///
+/// Locks it owns: `grow_mutex_` guards appending a chunk (grow() only); each wait stripe's mutex
+/// guards nothing but its condvar's wait (wait_terminal, notify_waiters). The free list is
+/// lock-free (a Treiber stack tagged against ABA). No other lock is ever held with these.
+class TaskSlab {
+  public:
+    static constexpr std::uint32_t chunk_bits = Tuning::slab_chunk_bits;
+    static constexpr std::uint32_t chunk_size = 1u << chunk_bits;
+    static constexpr std::uint32_t max_chunks = Tuning::slab_max_chunks;
+    static constexpr std::size_t wait_stripes = Tuning::wait_stripes;
+
+    TaskSlab() : chunks_(new std::atomic<TaskRecord*>[max_chunks]) {
+        for (std::uint32_t i = 0; i < max_chunks; ++i)
+            chunks_[i].store(nullptr, std::memory_order_relaxed);
+    }
+    TaskSlab(const TaskSlab&) = delete;
+    TaskSlab& operator=(const TaskSlab&) = delete;
+    ~TaskSlab() {
+        const auto n = chunk_count_.load(std::memory_order_acquire);
+        for (std::uint32_t i = 0; i < n; ++i)
+            delete[] chunks_[i].load(std::memory_order_relaxed);
+    }
+
+    [[nodiscard]] TaskRecord& at(std::uint32_t index) const noexcept {
+        return chunks_[index >> chunk_bits].load(
+            std::memory_order_acquire)[index & (chunk_size - 1)];
+    }
+
+    /// A free slot with refs = 0 and a fresh generation, or nullopt when the slab is exhausted.
+    std::optional<std::uint32_t> acquire() {
+        for (;;) {
+            auto head = free_head_.load(std::memory_order_acquire);
+            while (static_cast<std::uint32_t>(head) != 0) {
+                const std::uint32_t index = static_cast<std::uint32_t>(head) - 1;
+                const std::uint32_t next = at(index).next.load(std::memory_order_relaxed);
+                const std::uint64_t tagged = ((head >> 32) + 1) << 32 | next;
+                if (free_head_.compare_exchange_weak(head, tagged, std::memory_order_acquire,
+                                                     std::memory_order_acquire))
+                    return index;
+            }
+            if (!grow())
+                return std::nullopt;
+        }
+    }
+
+    /// Drops one reference; the last one recycles the slot.
+    void release(std::uint32_t index) noexcept {
+        TaskRecord& r = at(index);
+        if (r.refs.fetch_sub(1, std::memory_order_acq_rel) != 1)
+            return;
+        recycle(index, r);
+    }
+
+    /// release() for many slots; recycled ones go back to the free list with a single CAS, so
+    /// workers returning slots in batches barely touch the cache line producers allocate from.
+    void release_many(const std::uint32_t* indices, std::size_t n) noexcept {
+        std::uint32_t first = 0; // chain of recycled slots, as index + 1
+        std::uint32_t last = 0;
+        for (std::size_t k = 0; k < n; ++k) {
+            const std::uint32_t index = indices[k];
+            TaskRecord& r = at(index);
+            if (r.refs.fetch_sub(1, std::memory_order_acq_rel) != 1)
+                continue;
+            reset(r);
+            r.next.store(first, std::memory_order_relaxed);
+            if (first == 0)
+                last = index + 1;
+            first = index + 1;
+        }
+        if (first == 0)
+            return;
+        TaskRecord& tail = at(last - 1);
+        auto head = free_head_.load(std::memory_order_relaxed);
+        std::uint64_t tagged;
+        do {
+            tail.next.store(static_cast<std::uint32_t>(head), std::memory_order_relaxed);
+            tagged = ((head >> 32) + 1) << 32 | first;
+        } while (!free_head_.compare_exchange_weak(head, tagged, std::memory_order_release,
+                                                   std::memory_order_relaxed));
+    }
+
+    /// Pins the live record of `id` (refs + 1) or returns nullptr when the ID is stale.
+    TaskRecord* try_pin(TaskId id) noexcept {
+        if (!id.valid())
+            return nullptr;
+        const std::uint32_t chunk = id.index() >> chunk_bits;
+        if (chunk >= chunk_count_.load(std::memory_order_acquire))
+            return nullptr;
+        TaskRecord& r = at(id.index());
+        auto refs = r.refs.load(std::memory_order_acquire);
+        do {
+            if (refs == 0)
+                return nullptr;
+        } while (!r.refs.compare_exchange_weak(refs, refs + 1, std::memory_order_acq_rel,
+                                               std::memory_order_acquire));
+        if (r.generation.load(std::memory_order_acquire) != id.generation()) {
+            release(id.index());
+            return nullptr;
+        }
+        return &r;
+    }
+
+    /// Blocks until the record's state is terminal or `deadline` passes; true if terminal.
+    template <class Deadline>
+    bool wait_terminal(TaskRecord& r, std::uint32_t index, const Deadline* deadline) {
+        if (is_terminal(r.load_state()))
+            return true;
+        auto& stripe = stripes_[index % wait_stripes];
+        std::unique_lock lock(stripe.mutex);
+        for (;;) {
+            const auto s = r.state.fetch_or(has_waiter_bit, std::memory_order_acq_rel);
+            if (is_terminal(static_cast<TaskState>(s & state_mask)))
+                return true;
+            if (deadline == nullptr) {
+                stripe.cv.wait(lock);
+            } else if (stripe.cv.wait_until(lock, *deadline) == std::cv_status::timeout) {
+                return is_terminal(r.load_state());
+            }
+        }
+    }
+
+    /// Wakes threads blocked in wait_terminal on this record. Call after a terminal state whose
+    /// previous value carried has_waiter_bit was published.
+    void notify_waiters(std::uint32_t index) noexcept {
+        auto& stripe = stripes_[index % wait_stripes];
+        { std::lock_guard lock(stripe.mutex); }
+        stripe.cv.notify_all();
+    }
+
+    /// Records ever created (slab size), for memory accounting.
+    [[nodiscard]] std::size_t capacity() const noexcept {
+        return std::size_t{chunk_count_.load(std::memory_order_acquire)} * chunk_size;
+    }
+
+  private:
+    bool grow() {
+        std::lock_guard lock(grow_mutex_);
+        if (static_cast<std::uint32_t>(free_head_.load(std::memory_order_acquire)) != 0)
+            return true;
+        const auto n = chunk_count_.load(std::memory_order_relaxed);
+        if (n == max_chunks)
+            return false;
+        auto* chunk = new TaskRecord[chunk_size];
+        chunks_[n].store(chunk, std::memory_order_release);
+        chunk_count_.store(n + 1, std::memory_order_release);
+        // Push in reverse so low indices come out first (friendlier to caches).
+        for (std::uint32_t i = chunk_size; i-- > 0;)
+            push_free(n * chunk_size + i);
+        return true;
+    }
+
+    void push_free(std::uint32_t index) noexcept {
+        TaskRecord& r = at(index);
+        auto head = free_head_.load(std::memory_order_relaxed);
+        std::uint64_t tagged;
+        do {
+            r.next.store(static_cast<std::uint32_t>(head), std::memory_order_relaxed);
+            tagged = ((head >> 32) + 1) << 32 | (index + 1);
+        } while (!free_head_.compare_exchange_weak(head, tagged, std::memory_order_release,
+                                                   std::memory_order_relaxed));
+    }
+
+    void recycle(std::uint32_t index, TaskRecord& r) noexcept {
+        reset(r);
+        push_free(index);
+    }
+
+    /// Returns a record to its free shape: content destroyed, strings kept for reuse, a new
+    /// generation so stale IDs stop matching.
+    static void reset(TaskRecord& r) noexcept {
+        r.destroy_content();
+        // Dropping the stop state (instead of reusing it) keeps a token an old body kept from
+        // seeing the next task's cancel.
+        if (r.stop.stop_possible())
+            r.stop = std::stop_source(std::nostopstate);
+        if (r.extras != nullptr) {
+            r.extras->name.clear();
+            r.extras->last_error.clear();
+            r.extras->last_error_type.clear();
+            r.extras->failures.clear();
+            r.extras->final_error = nullptr;
+        }
+        r.state.store(0, std::memory_order_relaxed);
+        r.flags = 0;
+        auto g = r.generation.load(std::memory_order_relaxed) + 1;
+        if (g == 0)
+            g = 1;
+        r.generation.store(g, std::memory_order_release);
+    }
+
+    struct alignas(64) Stripe {
+        std::mutex mutex;
+        std::condition_variable cv;
+    };
+
+    std::unique_ptr<std::atomic<TaskRecord*>[]> chunks_;
+    std::atomic<std::uint32_t> chunk_count_{0};
+    std::atomic<std::uint64_t> free_head_{0};
+    std::mutex grow_mutex_;
+    Stripe stripes_[wait_stripes];
+};
+
+} // namespace ax::detail

@@ -1,0 +1,115 @@
+// ax — Adaptive eXchange Scheduler. SPDX-License-Identifier: MIT
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+
+namespace ax {
+
+/// Every internal constant of the scheduler in one place, each with the trade-off it strikes.
+/// These are not Config knobs: they fix data layouts or hot-path shapes, were measured on the
+/// 2-core development machine, and change only with a benchmark that shows why (bench/micro,
+/// bench/thumbnails). The static_asserts below keep an edit from breaking what the code assumes.
+struct Tuning {
+    // ---- record layout (TaskRecord, TaskSlab; not templates, so plain constants) ----------------
+
+    /// Bytes of a capture (or a result) stored inline in a task record (default 40). Larger fits
+    /// more lambdas without an allocation but grows the record past two cache lines (128 B,
+    /// asserted in detail/record.hpp); smaller sends ordinary captures to the heap.
+    static constexpr std::size_t small_buffer_size = 40;
+    /// Records per slab chunk, as a power of two (default 2^10). A chunk is allocated at once when
+    /// the free list runs dry: bigger chunks grow less often but cost more memory up front
+    /// (1,024 × 128 B = 128 KiB).
+    static constexpr std::uint32_t slab_chunk_bits = 10;
+    /// Most chunks a slab may hold (default 2^14, so 16 M live records). The chunk table is
+    /// allocated up front (8 B per entry, 128 KiB); a larger cap costs that table, a smaller one
+    /// refuses submits (too_many_tasks) sooner.
+    static constexpr std::uint32_t slab_max_chunks = 1u << 14;
+    /// Mutex/condvar pairs blocking waits park on (default 64). More stripes wake fewer unrelated
+    /// waiters per notify; each costs a cache line (or two) in every slab.
+    static constexpr std::size_t wait_stripes = 64;
+
+    // ---- dispatch ---------------------------------------------------------------------------------
+
+    /// Dispatches between two swaps of the queue's standby buffer when the lanes are not dry
+    /// (default 16). Lower lets a new high-priority task overtake sooner; higher bounces the queue
+    /// lock's cache line between producers and the dispatcher less often.
+    static constexpr std::uint32_t swap_period = 16;
+    /// Most tasks one worker reserves per dispatch (default 8), used only while tasks are tiny.
+    /// More amortises the dispatch lock further but lets one worker hoard work others could run.
+    static constexpr std::size_t max_reserve = 8;
+    /// Mean attempt duration (seconds) below which tasks count as tiny (default 20 µs): batched
+    /// reservations and no chain wake. Higher batches tasks long enough to leave a core idle;
+    /// lower pays the dispatch lock and a wake per task for microsecond work.
+    static constexpr double tiny_task_s = 20e-6;
+    /// Nested helping waits on one worker past which a wait only runs its own reservations and
+    /// subtasks, not queued tasks (default 16). Deeper resolves longer wait chains on one worker
+    /// at the price of stack depth (one task body per level).
+    static constexpr std::uint32_t max_help_depth = 16;
+    /// Shortest and longest block of a helping wait with nothing to run (default 50 µs, 2 ms,
+    /// doubling in between). Shorter reacts sooner to a subtask entering the lane with no worker
+    /// free; longer wastes less CPU on a wait for a long task.
+    static constexpr std::chrono::microseconds help_backoff_min{50};
+    static constexpr std::chrono::microseconds help_backoff_max{2000};
+
+    // ---- groups -------------------------------------------------------------------------------
+
+    /// Most groups one scheduler registers (default 1,024; GroupId is 16 bits).
+    static constexpr std::size_t max_groups = 1024;
+    /// Group states allocated together when a group needs them (default 64, ~6 KiB). The first
+    /// registration pays one chunk; a scheduler without groups pays nothing. Bigger chunks mean
+    /// fewer allocations and more unused state.
+    static constexpr std::size_t group_chunk = 64;
+
+    // ---- history ------------------------------------------------------------------------------
+
+    /// Finished tasks a worker collects before it takes the history lock once (default 32).
+    /// Bigger takes the lock less often; a finished task becomes evictable (and its slot
+    /// reusable) only when its batch is flushed.
+    static constexpr std::size_t history_batch = 32;
+
+    // ---- idle workers and spin locks ----------------------------------------------------------
+
+    /// How long one idle worker spins for work before it parks (default 20 µs). Longer catches
+    /// more tasks without a futex wake (~13 µs here) but burns a core a producer may need.
+    static constexpr std::chrono::microseconds idle_spin{20};
+    /// An idle spin yields the CPU every this many polls (a power of two, default 16), so on an
+    /// oversubscribed machine the spinner does not starve the producer.
+    static constexpr std::uint32_t idle_spin_yield_every = 16;
+    /// A contended SpinLock yields every this many polls (default 64): sooner gives a preempted
+    /// holder its CPU back sooner; later keeps a waiter off the run queue for short holds.
+    static constexpr std::uint32_t spin_lock_yield_every = 64;
+
+    // ---- telemetry ----------------------------------------------------------------------------
+
+    /// Weight of the previous CPU-utilisation estimate in each tick's smoothing (default 0.7; the
+    /// new sample gets the rest). Higher ignores short bursts; lower reacts within fewer ticks.
+    static constexpr double cpu_smoothing = 0.7;
+    /// Longest retry_after a refusal suggests (default 60 s), whatever the drain rate says; a
+    /// stalled pool must not tell producers to wait for hours.
+    static constexpr std::chrono::microseconds retry_after_max{60'000'000};
+};
+
+static_assert(Tuning::small_buffer_size % 8 == 0 && Tuning::small_buffer_size >= 16,
+              "the inline buffer holds at least a pointer pair, 8-byte aligned");
+static_assert(Tuning::slab_chunk_bits >= 4 && Tuning::slab_chunk_bits <= 20);
+static_assert((std::uint64_t{Tuning::slab_max_chunks} << Tuning::slab_chunk_bits) <= UINT32_MAX,
+              "slot indices are 32 bits (and index + 1 must not overflow)");
+static_assert(Tuning::wait_stripes > 0);
+static_assert(Tuning::swap_period >= 1);
+static_assert(Tuning::max_reserve >= 1 && Tuning::max_reserve <= 64);
+static_assert(Tuning::tiny_task_s > 0.0 && Tuning::tiny_task_s < 1e-3);
+static_assert(Tuning::max_help_depth >= 1);
+static_assert(Tuning::help_backoff_min.count() > 0 &&
+              Tuning::help_backoff_min <= Tuning::help_backoff_max);
+static_assert(Tuning::max_groups >= 1 && Tuning::max_groups < 65535, "GroupId is 16 bits");
+static_assert(Tuning::group_chunk >= 1 && Tuning::max_groups % Tuning::group_chunk == 0);
+static_assert(Tuning::history_batch >= 1);
+static_assert((Tuning::idle_spin_yield_every & (Tuning::idle_spin_yield_every - 1)) == 0,
+              "idle_spin_yield_every is a power of two (tested with a mask)");
+static_assert(Tuning::spin_lock_yield_every >= 1);
+static_assert(Tuning::cpu_smoothing >= 0.0 && Tuning::cpu_smoothing < 1.0);
+static_assert(Tuning::retry_after_max.count() >= 1);
+
+} // namespace ax
