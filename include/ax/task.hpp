@@ -1,6 +1,8 @@
 // ax — Adaptive eXchange Scheduler. SPDX-License-Identifier: MIT
 #pragma once
 
+#include "errors.hpp"
+
 #include <chrono>
 #include <cstddef>
 #include <cstdint>

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "detail/record.hpp"
+#include "detail/notifier.hpp"
 #include "detail/spin_lock.hpp"
 #include "metrics.hpp"
 
@@ -49,8 +50,13 @@ concept PoolHost = std::default_initializable<typename H::WorkerLocal> &&
 /// max_workers, so the pool may start a replacement, and it leaves once its body returns.
 /// Orphans are capped; shutdown detaches the ones still stuck instead of joining them.
 ///
-/// Idle workers spin briefly (one at a time) and then park on an epoch counter with
-/// std::atomic::wait; a producer wakes one parked worker only when nobody is spinning.
+/// Idle workers spin briefly (one at a time) and then park; both go through the Notifier the
+/// pool is given (detail/notifier.hpp), which producers use to wake them without naming the pool.
+///
+/// Lock it owns: `mutex_` (the pool mutex) guards `workers_`, `orphans_` and the retired
+/// counters. Taken by the tick (grow, reap, the watchdog's scan through for_each), metrics() and
+/// shutdown. Functions that run a caller's callback under it (for_each) say so; the callback
+/// must take no other lock but a record's extras flag.
 template <class Host> class WorkerPool {
   public:
     /// One worker thread and what it alone writes.
@@ -72,9 +78,9 @@ template <class Host> class WorkerPool {
         typename Host::WorkerLocal local;
     };
 
-    WorkerPool(Host& host, std::uint32_t min_workers, std::uint32_t max_workers,
-               std::uint32_t max_orphans = 0)
-        : host_(host), min_(min_workers), max_(max_workers), max_orphans_(max_orphans) {
+    WorkerPool(Host& host, Notifier& notifier, std::uint32_t min_workers,
+               std::uint32_t max_workers, std::uint32_t max_orphans = 0)
+        : host_(host), notifier_(notifier), min_(min_workers), max_(max_workers), max_orphans_(max_orphans) {
         target_.store(min_workers, std::memory_order_relaxed);
         // Here rather than on the class: the host names WorkerPool<Host> while it is incomplete.
         static_assert(PoolHost<Host, Worker>, "WorkerPool's Host does not meet PoolHost");
@@ -86,33 +92,8 @@ template <class Host> class WorkerPool {
     /// Starts min_workers threads.
     void start() { spawn(min_); }
 
-    /// Tells one parked worker that work arrived. Called after every push; costs a fence and a
-    /// load when workers are busy or one is spinning.
-    void notify_work() noexcept {
-        std::atomic_thread_fence(std::memory_order_seq_cst);
-        if (parked_.load(std::memory_order_acquire) == 0)
-            return;
-        // A spinning worker will see the work; a worker already being woken will too. Either
-        // way the producer is spared the futex call (about 1-2 us) that dominates tiny tasks.
-        if (spinning_.load(std::memory_order_acquire) != 0)
-            return;
-        if (waking_.exchange(true, std::memory_order_acq_rel))
-            return;
-        {
-            std::lock_guard lock(park_mutex_);
-            ++epoch_;
-        }
-        park_cv_.notify_one();
-    }
-
-    /// Wakes every parked worker (many tasks at once, shrink, shutdown).
-    void notify_all() noexcept {
-        {
-            std::lock_guard lock(park_mutex_);
-            ++epoch_;
-        }
-        park_cv_.notify_all();
-    }
+    /// Wakes every parked worker (shrink, shutdown).
+    void notify_all() noexcept { notifier_.notify_all(); }
 
     /// Sets the worker target (clamped to [min, max]). Surplus workers leave after their task.
     void set_target(std::uint32_t t) {
@@ -351,43 +332,17 @@ template <class Host> class WorkerPool {
     }
 
     bool spin_for_work() noexcept {
-        std::uint32_t expected = 0;
-        if (!spinning_.compare_exchange_strong(expected, 1, std::memory_order_acq_rel))
-            return false;
-        const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(20);
-        bool found = false;
-        for (std::uint32_t i = 0; !found; ++i) {
-            if (host_.has_work() || stopping_.load(std::memory_order_relaxed)) {
-                found = true;
-            } else if ((i & 15) == 15) {
-                // Yield rather than burn: with more threads than cores (a producer plus
-                // workers on 2 cores) a pure spin steals the producer's CPU.
-                if (std::chrono::steady_clock::now() >= until)
-                    break;
-                std::this_thread::yield();
-            } else {
-                cpu_relax();
-            }
-        }
-        spinning_.store(0, std::memory_order_release);
-        return found;
+        return notifier_.spin([this] {
+            return host_.has_work() || stopping_.load(std::memory_order_relaxed);
+        });
     }
 
-    /// Sleeps until notified. The wake token (waking_) is consumed by whichever worker next
-    /// passes through here, so a token set after every parked worker had left is never stranded.
-    /// A glibc condition variable (private futex) rather than std::atomic::wait, which this
-    /// libstdc++ implements with shared futexes and a page-table walk per call.
+    /// Sleeps until notified, unless there is work, a stop, or a reason to retire.
     void park() {
-        std::unique_lock lock(park_mutex_);
-        const std::uint64_t e = epoch_;
-        parked_.fetch_add(1, std::memory_order_seq_cst);
-        const bool token = waking_.exchange(false, std::memory_order_acq_rel);
-        if (!token && !host_.has_work() && !stopping_.load(std::memory_order_seq_cst) &&
-            live_.load(std::memory_order_relaxed) <= target_.load(std::memory_order_relaxed)) {
-            park_cv_.wait(lock, [&] { return epoch_ != e; });
-            waking_.exchange(false, std::memory_order_acq_rel);
-        }
-        parked_.fetch_sub(1, std::memory_order_seq_cst);
+        notifier_.park([this] {
+            return !host_.has_work() && !stopping_.load(std::memory_order_seq_cst) &&
+                   live_.load(std::memory_order_relaxed) <= target_.load(std::memory_order_relaxed);
+        });
     }
 
     void loop(Worker& w) {
@@ -418,6 +373,7 @@ template <class Host> class WorkerPool {
     }
 
     Host& host_;
+    Notifier& notifier_;
     const std::uint32_t min_;
     const std::uint32_t max_;
     const std::uint32_t max_orphans_;
@@ -430,12 +386,6 @@ template <class Host> class WorkerPool {
     std::uint64_t retired_succeeded_ = 0;
     std::uint64_t retired_failed_ = 0;
     std::int64_t retired_busy_ns_ = 0;
-    std::mutex park_mutex_;
-    std::condition_variable park_cv_;
-    std::uint64_t epoch_ = 0; // under park_mutex_
-    alignas(64) std::atomic<std::uint32_t> parked_{0};
-    std::atomic<std::uint32_t> spinning_{0};
-    std::atomic<bool> waking_{false};
     alignas(64) std::atomic<std::uint32_t> live_{0};
     std::atomic<std::uint32_t> target_{0};
     std::atomic<std::uint32_t> peak_{0};

@@ -220,4 +220,20 @@ class TaskSlab {
     Stripe stripes_[wait_stripes];
 };
 
+/// Links slots into intrusive lists (the priority lanes, the subtask lane, group parking
+/// lists) through each record's `next` field, and gives their enqueue times to the
+/// anti-starvation check. Whoever owns the list owns the links of the slots in it.
+struct SlabLinks {
+    TaskSlab* slab;
+    [[nodiscard]] std::uint32_t next(std::uint32_t i) const noexcept {
+        return slab->at(i).next.load(std::memory_order_relaxed);
+    }
+    void set_next(std::uint32_t i, std::uint32_t v) const noexcept {
+        slab->at(i).next.store(v, std::memory_order_relaxed);
+    }
+    [[nodiscard]] std::int64_t enqueue_ns(std::uint32_t i) const noexcept {
+        return slab->at(i).enqueue_ns.load(std::memory_order_relaxed);
+    }
+};
+
 } // namespace ax::detail

@@ -1,0 +1,339 @@
+// ax — Adaptive eXchange Scheduler. SPDX-License-Identifier: MIT
+#pragma once
+
+#include "../groups.hpp"
+#include "../priority_ring.hpp"
+#include "../queue.hpp"
+#include "../task.hpp"
+#include "../tuning.hpp"
+#include "groups.hpp"
+#include "notifier.hpp"
+#include "record.hpp"
+#include "slab.hpp"
+#include "spin_lock.hpp"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+namespace ax::detail {
+
+/// Tasks one worker reserved in a dispatch, run from `next` to `reserved`. Reserved tasks stay
+/// `queued` (cancel and query see the truth) until the worker starts them; they belong to that
+/// worker alone.
+struct Reservation {
+    std::array<std::uint32_t, Tuning::max_reserve> batch{};
+    std::size_t next = 0;
+    std::size_t reserved = 0;
+
+    /// Whether tasks are left to run.
+    [[nodiscard]] bool holds() const noexcept { return next < reserved; }
+};
+
+/// Dispatch: which queued task runs next. There is no dispatcher thread; whichever worker needs
+/// work calls fill() and takes the role for one pass. The dispatcher sorts the queue's standby
+/// buffer into three priority lanes (PriorityLanes: the 3:2:1 ring plus the max_wait budget),
+/// serves the subtask lane first, and parks tasks whose group is at capacity (limit or breaker)
+/// until a slot frees.
+///
+/// Lock it owns: `mutex_` (the dispatch spin lock) guards `lanes_`, `batch_`, `pops_since_swap_`,
+/// `subtasks_` and every GroupState in `groups_`. Every member function below takes it itself,
+/// except the `_locked` ones, which need it held. While it is held the only other lock taken is
+/// the queue's (DoubleBufferQueue::swap in swap_into_lanes_locked): dispatch -> queue is the one
+/// nesting of the scheduler. The atomics `lanes_count_`, `subtask_lane_count_` and
+/// `children_queued_` mirror sizes for lock-free readers (has_work, admission).
+class Dispatcher {
+  public:
+    static constexpr std::uint32_t none = UINT32_MAX;
+
+    /// Lanes with the ring's `weights` and the anti-starvation budget `max_wait_ns`; the swap
+    /// buffer is reserved to `queue_capacity` so a swap never allocates.
+    Dispatcher(TaskSlab& slab, DoubleBufferQueue& queue, Notifier& notifier,
+               std::array<std::uint32_t, priority_count> weights, std::int64_t max_wait_ns,
+               std::size_t queue_capacity)
+        : slab_(slab), queue_(queue), notifier_(notifier), lanes_(weights, max_wait_ns) {
+        batch_.reserve(queue_capacity);
+    }
+    Dispatcher(const Dispatcher&) = delete;
+    Dispatcher& operator=(const Dispatcher&) = delete;
+
+    /// Whether a dispatch would find something: tasks in the lanes or in the standby buffer.
+    /// Tasks a worker has already reserved do not count; that worker is awake and will run them.
+    [[nodiscard]] bool has_work() const noexcept {
+        return lanes_count_.load(std::memory_order_seq_cst) > 0 ||
+               subtask_lane_count_.load(std::memory_order_seq_cst) > 0 || queue_.has_standby();
+    }
+
+    /// Reserves the next tasks in ring order into `local`: one normally, up to
+    /// Tuning::max_reserve when tasks are `tiny` and the lanes are long (a share of them per
+    /// `live` worker), so a stream of microsecond tasks takes the dispatch lock once per several
+    /// tasks. A subtask is always reserved alone.
+    void fill(std::int64_t now, std::uint32_t live, bool tiny, Reservation& local) {
+        SlabLinks links{&slab_};
+        std::lock_guard lock(mutex_);
+        // Swap when the lanes run dry, else every swap_period pops: a new high-priority task
+        // waits at most that many dispatches, and a steady producer does not bounce the queue
+        // lock's cache line with the dispatcher on every task.
+        if (lanes_.size() == 0 || ++pops_since_swap_ >= Tuning::swap_period)
+            swap_into_lanes_locked(links);
+        // Subtasks first, one at a time: a reserved child would wait behind its worker's current
+        // task, and a parent waiting for it there could wait on a worker waiting on it.
+        if (!subtasks_.empty()) {
+            local.batch[local.reserved++] = subtasks_.pop_front(links);
+            subtask_lane_count_.store(static_cast<std::uint32_t>(subtasks_.size()),
+                                      std::memory_order_seq_cst);
+            lanes_count_.store(static_cast<std::uint32_t>(lanes_.size()),
+                               std::memory_order_seq_cst);
+            return;
+        }
+        std::size_t want = 1;
+        if (tiny) {
+            const std::size_t share = lanes_.size() / (2 * std::max<std::uint32_t>(live, 1));
+            want = std::clamp<std::size_t>(share, 1, Tuning::max_reserve);
+        }
+        while (local.reserved < want) {
+            const std::uint32_t i = lanes_.pop(links, now);
+            if (i == none)
+                break;
+            if (const std::uint16_t g = slab_.at(i).group; g != 0) {
+                // Over its group's limit the task waits in the group's parking list, still
+                // queued and holding no worker; other groups pass it by.
+                GroupState& gs = groups_[g];
+                if (gs.active >= gs.capacity()) {
+                    gs.parked.push_back(links, i);
+                    continue;
+                }
+                ++gs.active; // released by release_group when this attempt ends
+            }
+            local.batch[local.reserved++] = i;
+        }
+        lanes_count_.store(static_cast<std::uint32_t>(lanes_.size()), std::memory_order_seq_cst);
+    }
+
+    /// Pops the subtask lane's head (none if empty).
+    std::uint32_t pop_subtask() {
+        SlabLinks links{&slab_};
+        std::lock_guard lock(mutex_);
+        if (subtasks_.empty())
+            return none;
+        const std::uint32_t i = subtasks_.pop_front(links);
+        subtask_lane_count_.store(static_cast<std::uint32_t>(subtasks_.size()),
+                                  std::memory_order_seq_cst);
+        return i;
+    }
+
+    /// Returns tasks a worker reserved but will not run now to the front of their lanes (still
+    /// `queued` all along), with the group slots they held, and wakes the workers.
+    void give_back(Reservation& local) {
+        if (local.next >= local.reserved) {
+            local.next = local.reserved = 0;
+            return;
+        }
+        SlabLinks links{&slab_};
+        {
+            std::lock_guard lock(mutex_);
+            // Back to front, so they keep their order at the head of their lanes.
+            for (std::size_t k = local.reserved; k-- > local.next;) {
+                const std::uint32_t i = local.batch[k];
+                TaskRecord& r = slab_.at(i);
+                if (r.group != 0) {
+                    --groups_[r.group].active;
+                    unpark_locked(groups_[r.group]);
+                }
+                lanes_.push_front(links, i, r.priority);
+            }
+            lanes_count_.store(static_cast<std::uint32_t>(lanes_.size()),
+                               std::memory_order_seq_cst);
+        }
+        local.next = local.reserved = 0;
+        notifier_.notify_all();
+    }
+
+    /// Queues a subtask in the subtask lane (first attempt, retry or released join).
+    void push_child(std::uint32_t index) {
+        children_queued_.fetch_add(1, std::memory_order_acq_rel);
+        {
+            SlabLinks links{&slab_};
+            std::lock_guard lock(mutex_);
+            subtasks_.push_back(links, index);
+            subtask_lane_count_.store(static_cast<std::uint32_t>(subtasks_.size()),
+                                      std::memory_order_seq_cst);
+        }
+        notifier_.notify_one();
+    }
+
+    /// A queued task left the queue (started or cancelled): its admission count goes down.
+    void dequeued(const TaskRecord& r) noexcept {
+        if ((r.flags & record_child) != 0)
+            children_queued_.fetch_sub(1, std::memory_order_acq_rel);
+        else
+            queue_.on_dequeued(r.priority);
+    }
+
+    /// Gives back the group slot a reserved task held and lets parked tasks of its group in.
+    /// The calling worker is about to look for work itself, so one task let in needs no wake.
+    void release_group(const TaskRecord& r) {
+        if (r.group == 0)
+            return;
+        GroupState& gs = groups_[r.group];
+        std::uint32_t moved = 0;
+        {
+            std::lock_guard lock(mutex_);
+            --gs.active;
+            moved = unpark_locked(gs);
+        }
+        if (moved > 1)
+            notifier_.notify_all();
+    }
+
+    /// Feeds an attempt's outcome to group `g`'s breaker (before the slot is released, so the
+    /// release already sees the new state).
+    void record_attempt(std::uint16_t g, bool ok, std::int64_t now) {
+        GroupState& gs = groups_[g];
+        std::lock_guard lock(mutex_);
+        gs.on_attempt(ok, now);
+    }
+
+    /// The tick, for the first `registered` groups: open breakers whose cool-down is over go
+    /// half-open (their parked tasks flow), closed ones start a new window every `window_ns`.
+    void tick_breakers(std::int64_t now, std::size_t registered, std::int64_t window_ns) {
+        std::uint32_t moved = 0;
+        {
+            std::lock_guard lock(mutex_);
+            for (std::size_t g = 1; g <= registered; ++g) {
+                GroupState& gs = groups_[g];
+                if (gs.on_tick(now, window_ns))
+                    moved += unpark_locked(gs);
+            }
+        }
+        if (moved != 0)
+            notifier_.notify_all();
+    }
+
+    /// Group registration: makes `g`'s state exist (lock-free; see GroupTable).
+    void add_group(std::size_t g) { groups_.ensure(g); }
+
+    /// Sets group `g`'s limit (0: none) and lets in what now fits.
+    void set_limit(std::uint16_t g, std::uint32_t limit) {
+        GroupState& gs = groups_[g];
+        std::uint32_t moved = 0;
+        {
+            std::lock_guard lock(mutex_);
+            gs.limit = limit;
+            moved = unpark_locked(gs);
+        }
+        if (moved != 0)
+            notifier_.notify_all();
+    }
+
+    /// Turns group `g`'s breaker on (`options`, validated by the caller) or off (nullopt).
+    void set_breaker(std::uint16_t g, const std::optional<BreakerOptions>& options,
+                     std::int64_t now) {
+        GroupState& gs = groups_[g];
+        std::uint32_t moved = 0;
+        {
+            std::lock_guard lock(mutex_);
+            gs.set_breaker(options ? &*options : nullptr, now);
+            moved = unpark_locked(gs);
+        }
+        if (moved != 0)
+            notifier_.notify_all();
+    }
+
+    /// Limit, activity and breaker of group `g` (zeros for a group never registered).
+    [[nodiscard]] GroupStats stats(GroupId g) {
+        GroupState* gs = groups_.find(g.value);
+        if (gs == nullptr)
+            return {};
+        std::lock_guard lock(mutex_);
+        return gs->stats();
+    }
+
+    /// shutdown(cancel): takes every task the dispatcher holds (the standby buffer, the lanes,
+    /// the subtask lane, every parking list) and appends it to `out`.
+    void drain_all(std::vector<std::uint32_t>& out) {
+        SlabLinks links{&slab_};
+        std::lock_guard lock(mutex_);
+        swap_into_lanes_locked(links);
+        for (std::uint32_t i = lanes_.pop(links, 0); i != none; i = lanes_.pop(links, 0))
+            out.push_back(i);
+        while (!subtasks_.empty())
+            out.push_back(subtasks_.pop_front(links));
+        subtask_lane_count_.store(0, std::memory_order_seq_cst);
+        for (std::size_t g = 1; g <= Tuning::max_groups; ++g)
+            if (GroupState* gs = groups_.find(g))
+                while (!gs->parked.empty())
+                    out.push_back(gs->parked.pop_front(links));
+        lanes_count_.store(0, std::memory_order_seq_cst);
+    }
+
+    /// How often the anti-starvation budget overrode the ring.
+    [[nodiscard]] std::uint64_t starvation_picks() {
+        std::lock_guard lock(mutex_);
+        return lanes_.starvation_picks();
+    }
+    /// Subtasks admitted and not yet started (their admission count; tombstones included).
+    [[nodiscard]] std::uint32_t children_queued() const noexcept {
+        return children_queued_.load(std::memory_order_acquire);
+    }
+    /// Whether the subtask lane holds something (lock-free hint).
+    [[nodiscard]] bool subtasks_waiting() const noexcept {
+        return subtask_lane_count_.load(std::memory_order_acquire) != 0;
+    }
+    /// Tasks in the lanes now (lock-free; may lag).
+    [[nodiscard]] std::uint32_t lanes_count() const noexcept {
+        return lanes_count_.load(std::memory_order_acquire);
+    }
+    /// The group states (tests: what is allocated).
+    [[nodiscard]] const GroupTable& groups() const noexcept { return groups_; }
+
+  private:
+    /// Takes the standby buffer (O(1)) and sorts it into the priority lanes. Needs mutex_.
+    void swap_into_lanes_locked(SlabLinks& links) {
+        if (!queue_.swap(batch_))
+            return;
+        pops_since_swap_ = 0;
+        for (const auto i : batch_)
+            lanes_.push(links, i, slab_.at(i).priority);
+        batch_.clear();
+    }
+
+    /// Moves parked tasks of a group back to the front of their lanes while the group has room.
+    /// Needs mutex_. Returns how many moved.
+    std::uint32_t unpark_locked(GroupState& gs) {
+        SlabLinks links{&slab_};
+        const std::uint32_t cap = gs.capacity();
+        const std::uint32_t room = gs.active >= cap ? 0 : cap - gs.active;
+        std::uint32_t moved = 0;
+        while (moved < room && !gs.parked.empty()) {
+            const std::uint32_t i = gs.parked.pop_front(links);
+            lanes_.push_front(links, i, slab_.at(i).priority);
+            ++moved;
+        }
+        if (moved != 0)
+            lanes_count_.store(static_cast<std::uint32_t>(lanes_.size()),
+                               std::memory_order_seq_cst);
+        return moved;
+    }
+
+    TaskSlab& slab_;
+    DoubleBufferQueue& queue_;
+    Notifier& notifier_;
+
+    SpinLock mutex_;
+    PriorityLanes<SlabLinks> lanes_;     // under mutex_
+    std::vector<std::uint32_t> batch_;   // under mutex_
+    std::uint32_t pops_since_swap_ = 0;  // under mutex_
+    GroupTable groups_;                  // each GroupState under mutex_
+    IntrusiveFifo<SlabLinks> subtasks_;  // under mutex_
+    std::atomic<std::uint32_t> lanes_count_{0};
+    std::atomic<std::uint32_t> subtask_lane_count_{0};
+    std::atomic<std::uint32_t> children_queued_{0};
+};
+
+} // namespace ax::detail

@@ -1,0 +1,101 @@
+// ax — Adaptive eXchange Scheduler. SPDX-License-Identifier: MIT
+#pragma once
+
+#include "../tuning.hpp"
+#include "record.hpp"
+#include "slab.hpp"
+#include "spin_lock.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+namespace ax::detail {
+
+/// The bounded history of finished tasks: the scheduler's reference to each finished slot, kept
+/// for `capacity` tasks so query() still answers for them, then released (the slot is recycled
+/// once nobody else holds it). Workers hand slots over in batches of Tuning::history_batch.
+///
+/// Lock it owns: `mutex_` (the history spin lock) guards `ring_`, `head_` and `size_`. Taken by
+/// flush() (a worker per batch, the tick and cancel for single slots) and release_all(); never
+/// held with another lock.
+class History {
+  public:
+    /// A ring of `capacity` slots (0: a finished task is forgotten at once).
+    History(TaskSlab& slab, std::size_t capacity) : slab_(slab) { ring_.assign(capacity, 0); }
+
+    /// The scheduler's reference to a finished slot moves into history: into the worker's
+    /// `batch` (flushed when full), or at once without one (the tick, cancel).
+    void retire(std::uint32_t index, std::vector<std::uint32_t>* batch) {
+        if (batch != nullptr) {
+            batch->push_back(index);
+            if (batch->size() >= Tuning::history_batch)
+                flush(*batch);
+        } else {
+            std::vector<std::uint32_t> one{index};
+            flush(one);
+        }
+    }
+
+    /// Moves a batch into the ring, evicting the oldest entries when it is full. An evicted task
+    /// still held elsewhere (a handle, the dead-letter list) is marked forgotten, so query()
+    /// stops answering for it, as documented. Empties `finished`.
+    void flush(std::vector<std::uint32_t>& finished) {
+        if (finished.empty())
+            return;
+        // Evicted slots are written back over the front of `finished` (never past the entry
+        // being read), so a flush allocates nothing.
+        std::size_t evicted = 0;
+        {
+            std::lock_guard lock(mutex_);
+            for (const auto i : finished) {
+                if (ring_.empty()) {
+                    finished[evicted++] = i;
+                    continue;
+                }
+                if (size_ == ring_.size()) {
+                    finished[evicted++] = ring_[head_];
+                    head_ = (head_ + 1) % ring_.size();
+                    --size_;
+                }
+                ring_[(head_ + size_) % ring_.size()] = i;
+                ++size_;
+            }
+        }
+        for (std::size_t k = 0; k < evicted; ++k)
+            forget(slab_.at(finished[k]));
+        slab_.release_many(finished.data(), evicted);
+        finished.clear();
+    }
+
+    /// Releases every reference history holds (the scheduler is being destroyed).
+    void release_all() {
+        std::lock_guard lock(mutex_);
+        for (std::size_t k = 0; k < size_; ++k)
+            slab_.release(ring_[(head_ + k) % ring_.size()]);
+        size_ = 0;
+    }
+
+    /// Entries held now.
+    [[nodiscard]] std::size_t size() {
+        std::lock_guard lock(mutex_);
+        return size_;
+    }
+
+    /// Marks a terminal record whose scheduler reference is about to go as forgotten, if anyone
+    /// else still holds it (otherwise the release recycles it and the generation says the rest).
+    static void forget(TaskRecord& r) noexcept {
+        if (r.refs.load(std::memory_order_acquire) > 1)
+            r.state.fetch_or(forgotten_bit, std::memory_order_acq_rel);
+    }
+
+  private:
+    TaskSlab& slab_;
+    SpinLock mutex_;
+    std::vector<std::uint32_t> ring_; // under mutex_
+    std::size_t head_ = 0;            // under mutex_
+    std::size_t size_ = 0;            // under mutex_
+};
+
+} // namespace ax::detail

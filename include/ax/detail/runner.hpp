@@ -1,0 +1,207 @@
+// ax — Adaptive eXchange Scheduler. SPDX-License-Identifier: MIT
+#pragma once
+
+#include "../task.hpp"
+#include "../task_context.hpp"
+#include "../tuning.hpp"
+#include "callable.hpp"
+#include "core.hpp"
+#include "error_text.hpp"
+#include "host.hpp"
+#include "record.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <utility>
+
+/// Running: the core as the WorkerPool's Host (a worker's loop asks it for one task at a time),
+/// the start of an attempt, and helping waits on worker threads.
+namespace ax::detail {
+
+template <SchedulerClock Clock, ControllerPolicy Controller>
+bool SchedulerCore<Clock, Controller>::run_one(Worker& w) {
+    if (!w.counters.busy.load(std::memory_order_relaxed))
+        w.counters.busy.store(true, std::memory_order_seq_cst);
+    WorkerLocal& local = w.local;
+    Reservation& res = local.res;
+    const std::int64_t now = local.last_end_ns != 0 ? local.last_end_ns : now_ns();
+    for (;;) {
+        if (res.next == res.reserved) {
+            res.next = res.reserved = 0;
+            fill(now, local);
+            if (res.reserved == 0) {
+                w.counters.busy.store(false, std::memory_order_seq_cst);
+                local.last_end_ns = 0;
+                history_.flush(local.finished);
+                return false;
+            }
+        }
+        const std::uint32_t index = res.batch[res.next++];
+        if (try_start(index, local)) {
+            // Chain wake: work is left and this worker is about to be busy, so rouse a
+            // parked one (a no-op while one spins or a wake is in flight). Without it a burst
+            // of long tasks could leave queued work next to sleeping workers.
+            // Tiny tasks are exempt: this worker is back at the queue within microseconds,
+            // and waking a second one would only crowd the producer's core.
+            if (!telemetry_.tasks_are_tiny() && has_work())
+                notifier_.notify_one();
+            // A task with a timeout may get stuck and its thread orphaned: tasks reserved
+            // behind it must not wait for it.
+            if (slab_->at(index).timeout_ms != 0)
+                dispatcher_.give_back(res);
+            execute(index, w, now);
+            return true;
+        }
+    }
+}
+
+template <SchedulerClock Clock, ControllerPolicy Controller>
+void SchedulerCore<Clock, Controller>::on_worker_start(Worker& w) {
+    current_host = this;
+    current_worker_slot = &w;
+}
+
+template <SchedulerClock Clock, ControllerPolicy Controller>
+void SchedulerCore<Clock, Controller>::on_worker_exit(Worker& w) {
+    dispatcher_.give_back(w.local.res);
+    history_.flush(w.local.finished);
+    current_host = nullptr;
+    current_worker_slot = nullptr;
+}
+
+template <SchedulerClock Clock, ControllerPolicy Controller>
+bool SchedulerCore<Clock, Controller>::help_wait(
+    TaskRecord& r, std::uint32_t index, const std::chrono::steady_clock::time_point* deadline) {
+    auto* w = static_cast<Worker*>(current_worker_slot);
+    auto backoff = Tuning::help_backoff_min;
+    for (;;) {
+        if (is_terminal(r.load_state()))
+            return true;
+        if (deadline != nullptr && std::chrono::steady_clock::now() >= *deadline)
+            return false;
+        if (w != nullptr && help_one(*w)) {
+            backoff = Tuning::help_backoff_min;
+            continue;
+        }
+        // Nothing to help with: the awaited task runs elsewhere or waits for a retry. Block
+        // briefly, then look again, since a subtask may enter the lane (a child's retry) with
+        // no other worker free to take it.
+        auto until = std::chrono::steady_clock::now() + backoff;
+        if (deadline != nullptr && *deadline < until)
+            until = *deadline;
+        if (slab_->wait_terminal(r, index, &until))
+            return true;
+        backoff = std::min<std::chrono::microseconds>(backoff * 2, Tuning::help_backoff_max);
+    }
+}
+
+/// Runs one task nested in a helping wait on this worker: first one this worker reserved
+/// before the waiting task started (nobody else will run those, and the awaited task may be
+/// among them), else a subtask from the lane, else (not too deeply nested) the next queued
+/// task in ring order, which may be the awaited one. False if there was none.
+template <SchedulerClock Clock, ControllerPolicy Controller>
+bool SchedulerCore<Clock, Controller>::help_one(Worker& w) {
+    Reservation& res = w.local.res;
+    std::uint32_t i = none;
+    if (res.next < res.reserved)
+        i = res.batch[res.next++];
+    if (i == none && dispatcher_.subtasks_waiting())
+        i = dispatcher_.pop_subtask();
+    if (i == none && help_depth < Tuning::max_help_depth && has_work()) {
+        res.next = res.reserved = 0;
+        fill(now_ns(), w.local);
+        if (res.reserved != 0)
+            i = res.batch[res.next++];
+    }
+    if (i == none)
+        return false;
+    ++help_depth;
+    struct Depth {
+        ~Depth() { --help_depth; }
+    } depth;
+    if (try_start(i, w.local))
+        execute(i, w, now_ns());
+    return true;
+}
+
+/// queued -> running for a reserved slot. A slot cancelled meanwhile (a tombstone), or any
+/// slot during shutdown(cancel), goes to history instead.
+template <SchedulerClock Clock, ControllerPolicy Controller>
+bool SchedulerCore<Clock, Controller>::try_start(std::uint32_t i, WorkerLocal& local) {
+    TaskRecord& r = slab_->at(i);
+    if (lifecycle_.discarding()) {
+        cancel_pinned(r, i);
+        dispatcher_.release_group(r);
+        retire(i, &local);
+        return false;
+    }
+    auto s = r.state.load(std::memory_order_acquire);
+    while ((s & state_mask) == static_cast<std::uint32_t>(TaskState::queued)) {
+        if (r.state.compare_exchange_weak(
+                s, (s & ~state_mask) | static_cast<std::uint32_t>(TaskState::running),
+                std::memory_order_acq_rel)) {
+            dispatcher_.dequeued(r);
+            return true;
+        }
+    }
+    dispatcher_.release_group(r);
+    retire(i, &local);
+    return false;
+}
+
+/// Runs one attempt of a started task on worker `w` and concludes it (success here; failures
+/// in conclude_failure).
+template <SchedulerClock Clock, ControllerPolicy Controller>
+void SchedulerCore<Clock, Controller>::execute(std::uint32_t index, Worker& w,
+                                               std::int64_t start) {
+    TaskRecord& r = slab_->at(index);
+    const std::uint32_t attempt = std::min<std::uint32_t>(r.attempts.load() + 1u, 255u);
+    r.attempts.store(static_cast<std::uint8_t>(attempt), std::memory_order_relaxed);
+    r.start_ns.store(start, std::memory_order_relaxed);
+    r.mark_ns.store(start, std::memory_order_relaxed);
+    const TaskId id = TaskId::make(index, r.generation.load(std::memory_order_relaxed));
+    Attempt a;
+    a.claim = &w.current;
+    a.token = (std::uint64_t{++w.serial} << 32) | index;
+    TaskContext ctx(r, id, attempt, &now_ns, this, &w.current, a.token);
+    a.ctx = &ctx;
+    current_worker_owner = this;
+    const Hooks& hooks = hooks_.hooks();
+    if (hooks.on_start)
+        hooks_.call(hooks.on_start, HookCaller::event(r, id, attempt));
+    std::exception_ptr error = r.manager(ManagerOp::run, r, &a);
+    const std::int64_t end = now_ns();
+    w.local.last_end_ns = end;
+    a.restore();
+    if (a.abandoned) {
+        // The watchdog ended this attempt while the body ignored its stop; the record is the
+        // retry's now. Give back the group slot the body held and the pin taken for us.
+        dispatcher_.release_group(r);
+        slab_->release(index);
+        return;
+    }
+    w.counters.add_attempt(error == nullptr, end - start);
+    if (a.destructor_error)
+        note_destructor_error(r, a.destructor_error);
+
+    auto s = r.state.load(std::memory_order_acquire);
+    if (r.group != 0 && (s & cancel_requested_bit) == 0)
+        dispatcher_.record_attempt(r.group, error == nullptr, end);
+    if (error == nullptr) {
+        if (!hooks.on_success) {
+            finish(r, index, s, TaskState::succeeded, end, &w.local);
+            return;
+        }
+        // Pinned so the record cannot be recycled (history may evict it) before the hook.
+        r.refs.fetch_add(1, std::memory_order_relaxed);
+        if (finish(r, index, s, TaskState::succeeded, end, &w.local))
+            hooks_.call(hooks.on_success, HookCaller::event(r, id, attempt));
+        slab_->release(index);
+        return;
+    }
+    conclude_failure(r, index, id, attempt, s, std::move(error), start, end, &w.local);
+}
+
+} // namespace ax::detail

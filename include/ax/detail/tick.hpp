@@ -1,0 +1,158 @@
+// ax — Adaptive eXchange Scheduler. SPDX-License-Identifier: MIT
+#pragma once
+
+#include "../controller.hpp"
+#include "../metrics.hpp"
+#include "../task.hpp"
+#include "core.hpp"
+#include "record.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <stop_token>
+
+/// The maintenance tick: one thread, every dispatch_interval. It re-queues due retries, folds
+/// the counters into the metrics window, sizes the pool (controller or saturation rule), runs
+/// the watchdog and the breakers, and notices when a shutdown has drained.
+namespace ax::detail {
+
+template <SchedulerClock Clock, ControllerPolicy Controller>
+void SchedulerCore<Clock, Controller>::tick_loop(std::stop_token st) {
+    std::mutex m;
+    std::condition_variable_any cv;
+    std::unique_lock lock(m);
+    while (!st.stop_requested()) {
+        cv.wait_for(lock, st, cfg_.dispatch_interval, [] { return false; });
+        if (st.stop_requested())
+            break;
+        tick();
+    }
+}
+
+template <SchedulerClock Clock, ControllerPolicy Controller>
+void SchedulerCore<Clock, Controller>::tick() {
+    const std::int64_t now = now_ns();
+    fire_due_retries(now);
+
+    CumulativeCounters c;
+    const auto qc = queue_.counters();
+    c.incoming = qc.incoming;
+    c.rejected = qc.rejected;
+    c.incoming += totals_.admitted_other.load(std::memory_order_relaxed);
+    pool_.sum_counters(c.completed, c.failed, c.duration_ns);
+    const std::uint32_t qlen = queue_.length();
+    const WorkerStats ws = pool_.stats();
+    ControllerInput in;
+    in.queue_length = qlen;
+    in.current_target = ws.target;
+    in.live_workers = ws.current;
+    in.busy_workers = ws.busy;
+    in.cpu_utilization = telemetry_.sample_cpu();
+    // Saturated: the queue is at its soft limit now, or admission refused work since the
+    // last tick (the queue was at a limit then; a producer obeying retry_after keeps it
+    // just below the limit most of the time).
+    in.saturated = qlen >= queue_.soft_limit() || c.rejected > last_rejected_;
+    last_rejected_ = c.rejected;
+    const bool control = telemetry_.update(now, c, qlen, in);
+    if (control) {
+        pool_.set_target(controller_(in));
+    } else if (const auto t = saturation_target(in, cfg_); t != in.current_target) {
+        pool_.set_target(t);
+    }
+    // Queued work with no worker at all (min_workers = 0) cannot wait for a controller round.
+    if (pool_.target() == 0 && (qlen > 0 || has_work()))
+        pool_.set_target(1);
+    pool_.reap();
+    // Also while draining: queued work still needs its workers.
+    pool_.grow(
+        std::max<std::uint32_t>(qlen + dispatcher_.children_queued(), has_work() ? 1 : 0));
+    if (++ticks_ % watchdog_ticks_ == 0)
+        watchdog(now);
+    dispatcher_.tick_breakers(
+        now, registry_.count(),
+        std::chrono::duration_cast<std::chrono::nanoseconds>(cfg_.metrics_window).count());
+    if (has_work())
+        notifier_.notify_one(); // safety net: never leave queued work beside parked workers
+    check_drained();
+}
+
+template <SchedulerClock Clock, ControllerPolicy Controller>
+void SchedulerCore<Clock, Controller>::fire_due_retries(std::int64_t now) {
+    due_.clear();
+    timers_.take_due(now, due_);
+    std::size_t requeued = 0;
+    for (const auto i : due_) {
+        TaskRecord& r = slab_->at(i);
+        auto s = r.state.load(std::memory_order_acquire);
+        bool back = false;
+        while ((s & state_mask) == static_cast<std::uint32_t>(TaskState::waiting_retry)) {
+            if (r.state.compare_exchange_weak(
+                    s, (s & ~state_mask) | static_cast<std::uint32_t>(TaskState::queued),
+                    std::memory_order_acq_rel)) {
+                back = true;
+                break;
+            }
+        }
+        if (back) {
+            totals_.waiting_retry.fetch_sub(1, std::memory_order_acq_rel);
+            r.enqueue_ns.store(now, std::memory_order_relaxed);
+            if ((r.flags & record_child) != 0) {
+                dispatcher_.push_child(i);
+            } else {
+                queue_.push_unchecked(i, r.priority);
+                ++requeued;
+            }
+        } else {
+            retire(i, nullptr); // cancelled while waiting: a tombstone
+        }
+    }
+    // Batched: one wake for one task, one broadcast for several.
+    if (requeued == 1)
+        notifier_.notify_one();
+    if (requeued > 1)
+        notifier_.notify_all();
+}
+
+template <SchedulerClock Clock, ControllerPolicy Controller>
+void SchedulerCore<Clock, Controller>::check_drained() {
+    if (lifecycle_.accepting())
+        return;
+    // Order matters: joins, queue, subtasks, then busy workers, then timers (each stage feeds
+    // the next; see docs/design.md, shutdown).
+    if (joins_.pending.load(std::memory_order_acquire) != 0)
+        return;
+    if (queue_.length() != 0)
+        return;
+    if (dispatcher_.children_queued() != 0)
+        return;
+    if (pool_.in_flight() != 0)
+        return;
+    if (totals_.waiting_retry.load(std::memory_order_acquire) != 0)
+        return;
+    lifecycle_.mark_drained();
+}
+
+/// Claims the (one-time) stop and joins the tick; false if the threads were stopped before.
+template <SchedulerClock Clock, ControllerPolicy Controller>
+bool SchedulerCore<Clock, Controller>::stop_ticker() {
+    if (!lifecycle_.claim_stop())
+        return false;
+    if (ticker_.joinable()) {
+        ticker_.request_stop();
+        ticker_.join();
+    }
+    return true;
+}
+
+template <SchedulerClock Clock, ControllerPolicy Controller>
+void SchedulerCore<Clock, Controller>::stop_threads() {
+    if (stop_ticker()) {
+        lifecycle_.mark_threads_stopped();
+        pool_.stop_and_join();
+    }
+}
+
+} // namespace ax::detail
