@@ -1,4 +1,5 @@
-// Unit tests for detail::TaskSlab (ax/detail/slab.hpp), the record manager (detail/callable.hpp) and ax::TaskId.
+// Unit tests for detail::TaskSlab (ax/detail/slab.hpp), the record manager (detail/callable.hpp)
+// and ax::TaskId.
 #include <atomic>
 #include <ax/detail/callable.hpp>
 #include <ax/detail/slab.hpp>

@@ -30,7 +30,8 @@ struct Tuning {
     /// waiters per notify; each costs a cache line (or two) in every slab.
     static constexpr std::size_t wait_stripes = 64;
 
-    // ---- dispatch ---------------------------------------------------------------------------------
+    // ---- dispatch
+    // ---------------------------------------------------------------------------------
 
     /// Dispatches between two swaps of the queue's standby buffer when the lanes are not dry
     /// (default 16). Lower lets a new high-priority task overtake sooner; higher bounces the queue

@@ -1,8 +1,8 @@
 // ax — Adaptive eXchange Scheduler. SPDX-License-Identifier: MIT
 #pragma once
 
-#include "detail/record.hpp"
 #include "detail/notifier.hpp"
+#include "detail/record.hpp"
 #include "detail/spin_lock.hpp"
 #include "metrics.hpp"
 
@@ -31,13 +31,13 @@ namespace ax::detail {
 /// and a default-constructible Host::WorkerLocal the pool keeps in each Worker for the host.
 template <class H, class W>
 concept PoolHost = std::default_initializable<typename H::WorkerLocal> &&
-                   requires(H& h, const H& ch, W& w) {
-                       { h.run_one(w) } -> std::same_as<bool>;
-                       { ch.has_work() } -> std::same_as<bool>;
-                       { ch.holds_reserved(w) } -> std::same_as<bool>;
-                       h.on_worker_start(w);
-                       h.on_worker_exit(w);
-                   };
+    requires(H& h, const H& ch, W& w) {
+    { h.run_one(w) } -> std::same_as<bool>;
+    { ch.has_work() } -> std::same_as<bool>;
+    { ch.holds_reserved(w) } -> std::same_as<bool>;
+    h.on_worker_start(w);
+    h.on_worker_exit(w);
+};
 
 /// The elastic pool of seed §3.5 and §4.4. Threads are std::jthread; their number follows the
 /// controller's target: growth creates threads only while queued work exceeds the idle workers
@@ -78,9 +78,10 @@ template <class Host> class WorkerPool {
         typename Host::WorkerLocal local;
     };
 
-    WorkerPool(Host& host, Notifier& notifier, std::uint32_t min_workers,
-               std::uint32_t max_workers, std::uint32_t max_orphans = 0)
-        : host_(host), notifier_(notifier), min_(min_workers), max_(max_workers), max_orphans_(max_orphans) {
+    WorkerPool(Host& host, Notifier& notifier, std::uint32_t min_workers, std::uint32_t max_workers,
+               std::uint32_t max_orphans = 0)
+        : host_(host), notifier_(notifier), min_(min_workers), max_(max_workers),
+          max_orphans_(max_orphans) {
         target_.store(min_workers, std::memory_order_relaxed);
         // Here rather than on the class: the host names WorkerPool<Host> while it is incomplete.
         static_assert(PoolHost<Host, Worker>, "WorkerPool's Host does not meet PoolHost");
@@ -332,9 +333,8 @@ template <class Host> class WorkerPool {
     }
 
     bool spin_for_work() noexcept {
-        return notifier_.spin([this] {
-            return host_.has_work() || stopping_.load(std::memory_order_relaxed);
-        });
+        return notifier_.spin(
+            [this] { return host_.has_work() || stopping_.load(std::memory_order_relaxed); });
     }
 
     /// Sleeps until notified, unless there is work, a stop, or a reason to retire.

@@ -29,8 +29,7 @@ inline std::optional<std::string> invalid_options(const SubmitOptions& o, bool c
     if (o.timeout.count() > std::int64_t{UINT32_MAX})
         return "timeout = " + std::to_string(o.timeout.count()) + " ms exceeds 49 days";
     if (o.max_retries < -1 || o.max_retries > 100)
-        return "max_retries = " + std::to_string(o.max_retries) +
-               " must be -1 (default) or 0..100";
+        return "max_retries = " + std::to_string(o.max_retries) + " must be -1 (default) or 0..100";
     if (child && o.group.value != 0)
         return std::string("group: subtasks take no group (a parent holding its group's slot "
                            "while waiting for children of that group could never finish)");
@@ -64,9 +63,10 @@ Expected<TaskId> SchedulerCore<Clock, Controller>::post(F&& f, const SubmitOptio
 }
 
 template <SchedulerClock Clock, ControllerPolicy Controller>
-std::optional<SubmitError> SchedulerCore<Clock, Controller>::admit_erased(
-    const SubmitOptions& o, TaskId& id, bool with_handle, bool child, const TaskId* deps,
-    std::size_t ndeps, Placer place) {
+std::optional<SubmitError>
+SchedulerCore<Clock, Controller>::admit_erased(const SubmitOptions& o, TaskId& id, bool with_handle,
+                                               bool child, const TaskId* deps, std::size_t ndeps,
+                                               Placer place) {
     return admit(
         o, id, with_handle, place, [](TaskRecord&) {}, child, deps, ndeps);
 }
@@ -82,8 +82,8 @@ template <SchedulerClock Clock, ControllerPolicy Controller>
 SubmitError SchedulerCore<Clock, Controller>::backpressure_error(Errc code,
                                                                  std::uint32_t len) const {
     const std::uint32_t limit = code == Errc::queue_full ? queue_.capacity() : queue_.soft_limit();
-    return SubmitError{code, len, queue_.capacity(), retry_after(backpressure_excess(len, limit)),
-                       {}};
+    return SubmitError{
+        code, len, queue_.capacity(), retry_after(backpressure_excess(len, limit)), {}};
 }
 
 template <SchedulerClock Clock, ControllerPolicy Controller>
@@ -96,10 +96,9 @@ SchedulerCore<Clock, Controller>::retry_after(std::uint32_t excess) const {
 
 template <SchedulerClock Clock, ControllerPolicy Controller>
 template <class F>
-std::optional<SubmitError> SchedulerCore<Clock, Controller>::admit_new(F&& f,
-                                                                       const SubmitOptions& o,
-                                                                       TaskId& id,
-                                                                       bool with_handle) {
+std::optional<SubmitError>
+SchedulerCore<Clock, Controller>::admit_new(F&& f, const SubmitOptions& o, TaskId& id,
+                                            bool with_handle) {
     using Fn = std::decay_t<F>;
     return admit(
         o, id, with_handle,
@@ -191,8 +190,7 @@ SchedulerCore<Clock, Controller>::admit(const SubmitOptions& o, TaskId& id, bool
             if (joins_.add(*slab_, index, deps, ndeps) == 0)
                 release_join(index);
         } else {
-            r.state.store(static_cast<std::uint32_t>(TaskState::queued),
-                          std::memory_order_release);
+            r.state.store(static_cast<std::uint32_t>(TaskState::queued), std::memory_order_release);
             dispatcher_.push_child(index);
         }
         return std::nullopt;

@@ -161,8 +161,7 @@ bool SchedulerCore<Clock, Controller>::cancel_pinned(TaskRecord& r, std::uint32_
     auto s = r.state.load(std::memory_order_acquire);
     for (;;) {
         const auto st = static_cast<TaskState>(s & state_mask);
-        if (st == TaskState::queued || st == TaskState::waiting_retry ||
-            st == TaskState::pending) {
+        if (st == TaskState::queued || st == TaskState::waiting_retry || st == TaskState::pending) {
             r.finish_ns.store(now_ns(), std::memory_order_relaxed);
             totals_.count_terminal(TaskState::cancelled, 1);
             if (!r.state.compare_exchange_weak(

@@ -92,7 +92,8 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
     SchedulerCore(const Config& cfg, Hooks hooks)
         : cfg_((cfg.validate(), cfg)), slab_(std::make_shared<TaskSlab>()),
           telemetry_(cfg, now_ns()), queue_(cfg.queue_capacity, soft_limit(cfg)),
-          dispatcher_(*slab_, queue_, notifier_, {cfg.weight_high, cfg.weight_normal, cfg.weight_low},
+          dispatcher_(*slab_, queue_, notifier_,
+                      {cfg.weight_high, cfg.weight_normal, cfg.weight_low},
                       std::chrono::duration_cast<std::chrono::nanoseconds>(cfg.max_wait).count(),
                       cfg.queue_capacity),
           history_(*slab_, cfg.history_capacity), dead_letters_(cfg.dead_letter_capacity),

@@ -326,11 +326,11 @@ class Dispatcher {
     Notifier& notifier_;
 
     SpinLock mutex_;
-    PriorityLanes<SlabLinks> lanes_;     // under mutex_
-    std::vector<std::uint32_t> batch_;   // under mutex_
-    std::uint32_t pops_since_swap_ = 0;  // under mutex_
-    GroupTable groups_;                  // each GroupState under mutex_
-    IntrusiveFifo<SlabLinks> subtasks_;  // under mutex_
+    PriorityLanes<SlabLinks> lanes_;    // under mutex_
+    std::vector<std::uint32_t> batch_;  // under mutex_
+    std::uint32_t pops_since_swap_ = 0; // under mutex_
+    GroupTable groups_;                 // each GroupState under mutex_
+    IntrusiveFifo<SlabLinks> subtasks_; // under mutex_
     std::atomic<std::uint32_t> lanes_count_{0};
     std::atomic<std::uint32_t> subtask_lane_count_{0};
     std::atomic<std::uint32_t> children_queued_{0};

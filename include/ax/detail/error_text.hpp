@@ -59,7 +59,6 @@ inline ErrorText describe_exception(const std::exception_ptr& e) {
     }
 }
 
-
 /// The callable's destructor threw after a successful run: the task still succeeded; the
 /// exception is kept as its last error so query() says what happened.
 inline void note_destructor_error(TaskRecord& r, const std::exception_ptr& e) {

@@ -170,8 +170,9 @@ class GroupTable {
     [[nodiscard]] std::size_t allocated_bytes() const noexcept {
         std::size_t n = 0;
         for (const auto& c : chunks_)
-            n += c.load(std::memory_order_acquire) != nullptr ? sizeof(GroupState) * Tuning::group_chunk
-                                                              : 0;
+            n += c.load(std::memory_order_acquire) != nullptr
+                     ? sizeof(GroupState) * Tuning::group_chunk
+                     : 0;
         return n;
     }
 

@@ -224,7 +224,6 @@ template <class T>
 inline constexpr bool fits_inline = sizeof(T) <= small_buffer_size &&
                                     alignof(T) <= 16 && std::is_nothrow_move_constructible_v<T>;
 
-
 /// The storage of a record as a T (inline, or the pointer to it on the heap).
 template <class T, bool Inline = fits_inline<T>> T* storage_as(TaskRecord& r) noexcept {
     if constexpr (Inline) {

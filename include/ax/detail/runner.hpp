@@ -154,8 +154,7 @@ bool SchedulerCore<Clock, Controller>::try_start(std::uint32_t i, WorkerLocal& l
 /// Runs one attempt of a started task on worker `w` and concludes it (success here; failures
 /// in conclude_failure).
 template <SchedulerClock Clock, ControllerPolicy Controller>
-void SchedulerCore<Clock, Controller>::execute(std::uint32_t index, Worker& w,
-                                               std::int64_t start) {
+void SchedulerCore<Clock, Controller>::execute(std::uint32_t index, Worker& w, std::int64_t start) {
     TaskRecord& r = slab_->at(index);
     const std::uint32_t attempt = std::min<std::uint32_t>(r.attempts.load() + 1u, 255u);
     r.attempts.store(static_cast<std::uint8_t>(attempt), std::memory_order_relaxed);

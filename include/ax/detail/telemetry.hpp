@@ -172,10 +172,10 @@ class Telemetry {
 
   private:
     std::mutex mutex_;
-    MetricsWindow window_;                       // under mutex_
+    MetricsWindow window_; // under mutex_
     const std::int64_t controller_interval_ns_;
-    std::int64_t last_control_ns_;               // under mutex_
-    CpuSampler cpu_;                             // tick thread only
+    std::int64_t last_control_ns_; // under mutex_
+    CpuSampler cpu_;               // tick thread only
     std::atomic<double> drain_rate_{0.0};
     std::atomic<double> avg_duration_s_{0.0};
     std::atomic<double> cpu_util_{0.0};

@@ -67,8 +67,7 @@ void SchedulerCore<Clock, Controller>::tick() {
         pool_.set_target(1);
     pool_.reap();
     // Also while draining: queued work still needs its workers.
-    pool_.grow(
-        std::max<std::uint32_t>(qlen + dispatcher_.children_queued(), has_work() ? 1 : 0));
+    pool_.grow(std::max<std::uint32_t>(qlen + dispatcher_.children_queued(), has_work() ? 1 : 0));
     if (++ticks_ % watchdog_ticks_ == 0)
         watchdog(now);
     dispatcher_.tick_breakers(
