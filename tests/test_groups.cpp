@@ -57,11 +57,11 @@ TEST_CASE("Breaker: closed opens at the failure ratio after min_attempts", "[gro
 
 TEST_CASE("Breaker: successes below the ratio keep it closed", "[groups]") {
     GroupState g = with_breaker(4, 0.75, 100);
-    for (int k = 0; k < 3; ++k)
+    g.on_attempt(true, 0);
+    g.on_attempt(true, 1);
+    for (int k = 2; k < 5; ++k)
         g.on_attempt(false, k);
-    g.on_attempt(true, 3);
-    g.on_attempt(true, 4);
-    CHECK(g.state == BreakerState::closed); // 3 of 5 = 0.6 < 0.75
+    CHECK(g.state == BreakerState::closed); // 2 of 4, then 3 of 5 = 0.6 < 0.75
     const auto st = g.stats();
     CHECK(st.breaker_enabled);
     CHECK(st.recent_attempts == 5);
