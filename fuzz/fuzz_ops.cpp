@@ -540,8 +540,14 @@ class Run {
 
     void observe_by_query(Entry& e, bool must_be_terminal) {
         const auto info = sched_->query(e.id);
-        // A handle holds its record, and a large history holds every task of the input.
-        if (e.handle >= 0 || history_large_)
+        // A discarded dead letter is forgotten at once; a large history holds every other task
+        // of the input. (A handle keeps its record, not the task queryable: a task out of a
+        // small history answers nullopt even while its handle is held.)
+        if (e.discarded) {
+            require(!info.has_value(), "query answered for a discarded dead letter");
+            return;
+        }
+        if (history_large_)
             require(info.has_value(), "query lost a task that must still be known");
         if (!info)
             return;
