@@ -483,6 +483,9 @@ class Run {
         trace("  %s (listed %d) -> %d\n", e->id.to_string().c_str(), listed, ok);
         if (ok) {
             require(!e->replayed && !e->discarded, "discarded a task twice or after replay");
+            // Only a dead letter can be discarded; query forgets it from now on, so this is the
+            // last chance to see its end.
+            observe(*e, ax::TaskState::dead_lettered);
             e->discarded = true;
             for (const auto& d : sched_->dead_letters())
                 require(!(d.id == e->id), "discarded dead letter still listed");
