@@ -712,8 +712,15 @@ class Run {
             }
         }
         for (const auto& d : listed) {
-            const Entry* e = find(d.id);
+            Entry* e = find(d.id);
             require(e != nullptr && !e->replayed && !e->discarded, "stale dead letter listed");
+            // A handle-less task can leave a small history before anyone saw it end; the list is
+            // then the only witness of its end, and it must be one its body can reach.
+            if (!e->terminal) {
+                require(outcome_allowed(*e, ax::TaskState::dead_lettered),
+                        "listed dead letter whose body cannot fail");
+                e->terminal = ax::TaskState::dead_lettered;
+            }
             require(e->terminal == ax::TaskState::dead_lettered, "listed task not dead-lettered");
             require(!d.attempts.empty(), "dead letter without its attempts' errors");
         }
