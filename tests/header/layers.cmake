@@ -17,6 +17,8 @@ set(AX_HEADER_LAYERS
     # 4: stores (each owns its lock and its data)
     detail/host.hpp=4 detail/history.hpp=4 detail/joins.hpp=4 detail/groups.hpp=4
     detail/telemetry.hpp=4 worker_pool.hpp=4
+    # 4 too: renders a metrics snapshot (needs only metrics.hpp and its vocabulary)
+    prometheus.hpp=4
     # 5: the task's public handles, the dispatcher
     task_context.hpp=5 task_handle.hpp=5 detail/dispatcher.hpp=5
     # 6: type erasure and the submit paths

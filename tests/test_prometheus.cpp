@@ -1,0 +1,343 @@
+// ax/prometheus.hpp: the text exposition of a real scheduler's metrics — syntax of every line,
+// HELP and TYPE before each family's samples, counter naming, values against the snapshot, label
+// escaping, and `promtool check metrics` when Debian's prometheus package is installed.
+#include "test_support.hpp"
+
+#include <algorithm>
+#include <ax/prometheus.hpp>
+#include <ax/scheduler.hpp>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <vector>
+
+namespace {
+
+/// One parsed sample line.
+struct Sample {
+    std::string name;
+    std::string labels; // the text between the braces, escapes kept
+    std::string value;
+};
+
+bool name_start(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':';
+}
+bool name_char(char c) {
+    return name_start(c) || (c >= '0' && c <= '9');
+}
+
+/// Parses `name{label="value",...} value` strictly (no timestamp: we never emit one); false if
+/// the line is not a valid sample.
+bool parse_sample(std::string_view line, Sample& s) {
+    std::size_t i = 0;
+    if (line.empty() || !name_start(line[0]))
+        return false;
+    while (i < line.size() && name_char(line[i]))
+        ++i;
+    s.name = std::string(line.substr(0, i));
+    s.labels.clear();
+    if (i < line.size() && line[i] == '{') {
+        const std::size_t open = ++i;
+        bool first = true;
+        while (i < line.size() && line[i] != '}') {
+            if (!first) {
+                if (line[i] != ',')
+                    return false;
+                ++i;
+            }
+            first = false;
+            if (i >= line.size() || !(name_start(line[i]) && line[i] != ':'))
+                return false;
+            while (i < line.size() && name_char(line[i]) && line[i] != ':')
+                ++i;
+            if (line.substr(i, 2) != "=\"")
+                return false;
+            i += 2;
+            while (i < line.size() && line[i] != '"') {
+                if (line[i] == '\n')
+                    return false;
+                if (line[i] == '\\') {
+                    if (i + 1 >= line.size())
+                        return false;
+                    const char e = line[i + 1];
+                    if (e != '\\' && e != '"' && e != 'n')
+                        return false;
+                    ++i;
+                }
+                ++i;
+            }
+            if (i >= line.size())
+                return false;
+            ++i; // closing quote
+        }
+        if (i >= line.size())
+            return false;
+        s.labels = std::string(line.substr(open, i - open));
+        ++i; // '}'
+    }
+    if (i >= line.size() || line[i] != ' ')
+        return false;
+    s.value = std::string(line.substr(i + 1));
+    if (s.value.empty())
+        return false;
+    if (s.value == "NaN" || s.value == "+Inf" || s.value == "-Inf")
+        return true;
+    try {
+        std::size_t used = 0;
+        (void)std::stod(s.value, &used);
+        return used == s.value.size();
+    } catch (const std::exception&) {
+        return false;
+    }
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+    std::vector<std::string> out;
+    std::size_t start = 0;
+    while (start < text.size()) {
+        const std::size_t nl = text.find('\n', start);
+        REQUIRE(nl != std::string::npos); // every line, the last one too, ends in '\n'
+        out.push_back(text.substr(start, nl - start));
+        start = nl + 1;
+    }
+    return out;
+}
+
+/// What a checked exposition holds: the samples by "name{labels}", each family's type.
+struct Exposition {
+    std::map<std::string, std::string> values;
+    std::map<std::string, std::string> types;
+};
+
+/// Checks the syntax of every line and that each family has HELP then TYPE before its samples
+/// (and appears once); returns the samples.
+Exposition check_syntax(const std::string& text) {
+    Exposition e;
+    std::set<std::string> helped;
+    std::string current; // family whose TYPE was seen last
+    for (const std::string& line : lines_of(text)) {
+        INFO("line: " << line);
+        REQUIRE(!line.empty());
+        if (line[0] == '#') {
+            std::istringstream in(line);
+            std::string hash, kind, name;
+            in >> hash >> kind >> name;
+            REQUIRE(hash == "#");
+            REQUIRE((kind == "HELP" || kind == "TYPE"));
+            Sample probe;
+            REQUIRE(parse_sample(name + " 0", probe));
+            REQUIRE(probe.labels.empty());
+            if (kind == "HELP") {
+                REQUIRE(helped.insert(name).second); // one HELP per family
+                REQUIRE(e.types.count(name) == 0);   // HELP comes before TYPE
+            } else {
+                std::string type;
+                in >> type;
+                REQUIRE((type == "counter" || type == "gauge"));
+                REQUIRE(helped.count(name) == 1);
+                REQUIRE(e.types.emplace(name, type).second);
+                current = name;
+            }
+            continue;
+        }
+        Sample s;
+        REQUIRE(parse_sample(line, s));
+        REQUIRE(s.name == current); // samples follow their family's HELP and TYPE
+        const std::string key = s.name + "{" + s.labels + "}";
+        REQUIRE(e.values.emplace(key, s.value).second); // no duplicate series
+    }
+    for (const auto& [name, type] : e.types) {
+        INFO("family: " << name);
+        const bool total = name.size() > 6 && name.substr(name.size() - 6) == "_total";
+        CHECK(total == (type == "counter"));
+    }
+    return e;
+}
+
+std::string num(std::uint64_t v) {
+    return std::to_string(v);
+}
+
+/// Runs `promtool check metrics` on `text`; returns its exit status, or -1 if promtool is absent.
+int promtool_check(const std::string& text, std::string& output) {
+    if (std::system("command -v promtool >/dev/null 2>&1") != 0)
+        return -1;
+    const auto dir = std::filesystem::temp_directory_path();
+    const auto in = dir / ("ax_prom_" + std::to_string(::getpid()) + ".txt");
+    const auto out = dir / ("ax_prom_" + std::to_string(::getpid()) + ".out");
+    {
+        std::ofstream f(in, std::ios::binary);
+        f << text;
+    }
+    const std::string cmd =
+        "promtool check metrics < '" + in.string() + "' > '" + out.string() + "' 2>&1";
+    const int rc = std::system(cmd.c_str());
+    std::ifstream r(out);
+    std::ostringstream ss;
+    ss << r.rdbuf();
+    output = ss.str();
+    std::filesystem::remove(in);
+    std::filesystem::remove(out);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+}
+
+} // namespace
+
+TEST_CASE("Prometheus exposition of a real scheduler", "[prometheus]") {
+    ax::Config cfg;
+    cfg.min_workers = 2;
+    cfg.max_workers = 4;
+    cfg.retry_base_delay = std::chrono::milliseconds(1);
+    cfg.retry_jitter = std::chrono::milliseconds(1);
+    ax::Scheduler sched{cfg};
+
+    const std::string odd_name = "we\"ird\\na\nme";
+    const ax::GroupId thumbs = sched.group("thumbs");
+    const ax::GroupId odd = sched.group(odd_name);
+    sched.set_group_limit(thumbs, 2);
+
+    std::vector<ax::TaskHandle<int>> ok;
+    for (int i = 0; i < 5; ++i) {
+        auto h = sched.submit([i] { return i; }, {.priority = static_cast<ax::Priority>(i % 3),
+                                                  .group = i % 2 == 0 ? thumbs : odd});
+        REQUIRE(h);
+        ok.push_back(std::move(*h));
+    }
+    auto bad = sched.submit([]() -> int { throw ax::PermanentError("no such file"); },
+                            {.name = "bad", .group = thumbs});
+    REQUIRE(bad);
+    for (auto& h : ok)
+        REQUIRE(h.wait_for(std::chrono::seconds(20)));
+    REQUIRE(bad->wait_for(std::chrono::seconds(20)));
+    REQUIRE(bad->state() == ax::TaskState::dead_lettered);
+    REQUIRE(ax_test::eventually([&] {
+        const auto m = sched.metrics();
+        return m.totals.succeeded == 5 && m.totals.dead_lettered == 1 && m.dead_letters == 1 &&
+               m.totals.attempts_succeeded + m.totals.attempts_failed == 6 &&
+               std::all_of(m.groups.begin(), m.groups.end(),
+                           [](const ax::GroupSnapshot& g) { return g.stats.active == 0; });
+    }));
+
+    const ax::MetricsSnapshot m = sched.metrics();
+    const std::string text = ax::to_prometheus(m);
+    INFO(text);
+    const Exposition e = check_syntax(text);
+
+    SECTION("values match the snapshot") {
+        const auto& v = e.values;
+        CHECK(v.at("ax_tasks_submitted_total{}") == num(m.totals.submitted));
+        CHECK(v.at("ax_tasks_submitted_total{}") == "6");
+        CHECK(v.at("ax_tasks_succeeded_total{}") == "5");
+        CHECK(v.at("ax_tasks_dead_lettered_total{}") == "1");
+        CHECK(v.at("ax_tasks_cancelled_total{}") == num(m.totals.cancelled));
+        CHECK(v.at("ax_attempts_succeeded_total{}") == num(m.totals.attempts_succeeded));
+        CHECK(v.at("ax_attempts_failed_total{}") == num(m.totals.attempts_failed));
+        CHECK(v.at("ax_retries_total{}") == num(m.totals.retries));
+        CHECK(v.at("ax_submits_rejected_total{reason=\"backpressure\"}") == num(m.totals.rejected));
+        CHECK(v.at("ax_submits_rejected_total{reason=\"other\"}") == num(m.totals.refused_other));
+        CHECK(v.at("ax_workers_created_total{}") == num(m.workers.created));
+        CHECK(v.at("ax_dead_letters{}") == "1");
+        CHECK(v.at("ax_queue_capacity{}") == num(m.queue_capacity));
+        for (std::size_t p = 0; p < ax::priority_count; ++p) {
+            const std::string key = "ax_queue_length{priority=\"" +
+                                    std::string(ax::to_string(static_cast<ax::Priority>(p))) +
+                                    "\"}";
+            CHECK(v.at(key) == num(m.queue_length[p]));
+        }
+        CHECK(v.at("ax_workers_current{}") == num(m.workers.current));
+        CHECK(v.at("ax_workers_target{}") == num(m.workers.target));
+        CHECK(v.at("ax_workers_busy{}") == num(m.workers.busy));
+        CHECK(v.at("ax_workers_idle{}") == num(m.workers.idle));
+        CHECK(v.at("ax_pending_joins{}") == num(m.pending_joins));
+        CHECK(std::stod(v.at("ax_attempt_duration_average_seconds{}")) ==
+              Approx(std::chrono::duration<double>(m.average_duration).count()));
+        CHECK(std::stod(v.at("ax_drain_rate_per_second{}")) == Approx(m.drain_rate));
+        CHECK(v.at("ax_group_limit{group=\"thumbs\"}") == "2");
+        CHECK(v.at("ax_group_breaker_state{group=\"thumbs\",state=\"closed\"}") == "1");
+        CHECK(v.at("ax_group_breaker_state{group=\"thumbs\",state=\"open\"}") == "0");
+        CHECK(v.at("ax_group_active{group=\"thumbs\"}") == "0");
+    }
+
+    SECTION("a group name with a quote, a backslash and a newline is escaped") {
+        // we"ird\na<newline>me  ->  we\"ird\\na\nme
+        const std::string escaped = "we\\\"ird\\\\na\\nme";
+        CHECK(e.values.at("ax_group_limit{group=\"" + escaped + "\"}") == "0");
+        CHECK(e.values.count("ax_group_waiting{group=\"" + escaped + "\"}") == 1);
+        CHECK(text.find(odd_name) == std::string::npos); // never written raw
+    }
+
+    SECTION("prefix, scheduler label and appending") {
+        std::string out = "# leading text kept\n";
+        ax::append_prometheus(out, m, {.prefix = "my-app", .scheduler = "thumbs\"1"});
+        CHECK(out.rfind("# leading text kept\n", 0) == 0);
+        const Exposition p =
+            check_syntax(out.substr(std::string_view("# leading text kept\n").size()));
+        CHECK(p.values.at("my_app_tasks_submitted_total{scheduler=\"thumbs\\\"1\"}") == "6");
+        CHECK(p.values.at("my_app_queue_length{scheduler=\"thumbs\\\"1\",priority=\"high\"}") ==
+              num(m.queue_length[0]));
+        CHECK(ax::to_prometheus(m, "ax") == text);
+        CHECK(ax::prometheus_content_type == "text/plain; version=0.0.4; charset=utf-8");
+    }
+
+    SECTION("promtool check metrics accepts it") {
+        std::string output;
+        const int rc = promtool_check(text, output);
+        if (rc == -1) {
+            WARN("promtool not on PATH (Debian package prometheus): skipping promtool check");
+        } else {
+            INFO("promtool: " << output);
+            CHECK(rc == 0);
+        }
+    }
+}
+
+TEST_CASE("Prometheus label values: escaping and invalid bytes", "[prometheus]") {
+    ax::MetricsSnapshot m;
+    ax::GroupSnapshot a;
+    a.id.value = 1;
+    a.name = "bad\xff"
+             "byte";
+    ax::GroupSnapshot b;
+    b.id.value = 2;
+    b.name = "bad\xfe"
+             "byte"; // the same label value once sanitised: disambiguated with its id
+    ax::GroupSnapshot c;
+    c.id.value = 3; // unnamed
+    ax::GroupSnapshot d;
+    d.id.value = 4;
+    d.name = "tab\there \xc3\xa9t\xc3\xa9"; // a control byte, and valid UTF-8 kept
+    m.groups = {a, b, c, d};
+    m.drain_rate = 0.25;
+    const std::string text = ax::to_prometheus(m);
+    INFO(text);
+    const Exposition e = check_syntax(text);
+    CHECK(e.values.at("ax_group_limit{group=\"bad\xEF\xBF\xBD"
+                      "byte\"}") == "0");
+    CHECK(e.values.at("ax_group_limit{group=\"bad\xEF\xBF\xBD"
+                      "byte#2\"}") == "0");
+    CHECK(e.values.at("ax_group_limit{group=\"#3\"}") == "0");
+    CHECK(e.values.at("ax_group_limit{group=\"tab_here \xc3\xa9t\xc3\xa9\"}") == "0");
+    CHECK(e.values.at("ax_drain_rate_per_second{}") == "0.25");
+
+    std::string output;
+    const int rc = promtool_check(text, output);
+    if (rc == -1) {
+        WARN("promtool not on PATH (Debian package prometheus): skipping promtool check");
+    } else {
+        INFO("promtool: " << output);
+        CHECK(rc == 0);
+    }
+}
