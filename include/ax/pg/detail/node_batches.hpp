@@ -1,0 +1,207 @@
+// ax — Adaptive eXchange Scheduler. SPDX-License-Identifier: MIT
+#pragma once
+
+// ax::pg::Node's slot and batch bookkeeping, split out of node.hpp by role: taking a claim's rows
+// into slots and posting them to the local scheduler, collecting finished slots into the
+// acknowledgement arrays, freeing slots and batches once the database confirmed them, handing
+// unstarted tasks back at stop(), and reporting what maintenance reclaimed. Driver thread only.
+// Defines members of the class in ../node.hpp, which includes this file at its end; including
+// ../node.hpp here first keeps this header self-contained.
+
+#include "../node.hpp"
+
+namespace ax::pg {
+
+inline void Node::on_maintain(detail::Result& r) {
+    if (!r.boolean(0, 0))
+        return;
+    const std::string_view batches = r.text(0, 1);
+    const auto requeued = r.int64(0, 3), dead = r.int64(0, 4);
+    if (batches.size() > 2) {
+        std::size_t n =
+            1 + static_cast<std::size_t>(std::count(batches.begin(), batches.end(), ','));
+        reclaimed_batches_.fetch_add(n);
+        reclaimed_tasks_.fetch_add(static_cast<std::uint64_t>(requeued + dead));
+        event("reclaimed expired batch(es) " + std::string(batches) + " of node(s) " +
+              std::string(r.text(0, 2)) + ": " + std::to_string(requeued) +
+              " task(s) back to pending, " + std::to_string(dead) + " dead-lettered");
+    }
+}
+
+inline void Node::acks_confirmed() {
+    for (std::uint32_t idx : acked_slots_) {
+        Slot& s = slots_[idx];
+        Batch& b = batches_[s.batch];
+        b.confirmed += 1;
+        const std::uint64_t gen = s.word.load() >> 8;
+        s.word.store(word(gen + 1, free_phase));
+        s.cancel.store(false);
+        free_.push_back(idx);
+    }
+    acked_slots_.clear();
+    for (std::uint32_t bi : close_batches_)
+        release_batch(bi);
+    close_batches_.clear();
+    // Batches the database forgot (stale) are freed locally once all their tasks are done.
+    for (std::uint32_t bi = 0; bi < batches_.size(); ++bi) {
+        Batch& b = batches_[bi];
+        if (b.in_use && b.stale && b.confirmed == b.size)
+            release_batch(bi);
+    }
+    ack_ids_.clear();
+    fail_ids_.clear();
+    fail_errors_.clear();
+    fail_perm_.clear();
+    fail_delay_.clear();
+    release_ids_.clear();
+}
+
+inline void Node::release_batch(std::uint32_t bi) {
+    Batch& b = batches_[bi];
+    if (b.result != nullptr)
+        PQclear(b.result);
+    b = Batch{};
+    free_batches_.push_back(bi);
+}
+
+inline void Node::collect_done() {
+    {
+        std::lock_guard lock(done_mutex_);
+        done_local_.swap(done_);
+    }
+    for (std::uint32_t idx : done_local_) {
+        Slot& s = slots_[idx];
+        switch (s.outcome) {
+        case ok:
+            ack_ids_.add_int64(s.id);
+            succeeded_.fetch_add(1, std::memory_order_relaxed);
+            break;
+        case cancelled_outcome:
+            ack_ids_.add_int64(s.id); // the database turns it into cancelled
+            cancelled_.fetch_add(1, std::memory_order_relaxed);
+            break;
+        case failed:
+        case permanent: {
+            fail_ids_.add_int64(s.id);
+            fail_errors_.add_bytes(s.error);
+            fail_perm_.add_bool(s.outcome == permanent);
+            const auto d = retry_delay(opt_.scheduler.retry_base_delay, opt_.scheduler.retry_jitter,
+                                       s.attempt + 1, unit_(rng_));
+            fail_delay_.add_int64(std::chrono::duration_cast<std::chrono::milliseconds>(d).count());
+            failed_.fetch_add(1, std::memory_order_relaxed);
+            break;
+        }
+        }
+        account(idx);
+    }
+    done_local_.clear();
+}
+
+inline void Node::account(std::uint32_t idx) {
+    Slot& s = slots_[idx];
+    Batch& b = batches_[s.batch];
+    acked_slots_.push_back(idx);
+    b.accounted += 1;
+    b.xor_ids ^= s.id;
+    if (b.accounted == b.size && !b.stale)
+        close_batches_.push_back(s.batch);
+}
+
+inline void Node::hand_back_unstarted() {
+    handed_back_ = true;
+    std::lock_guard lock(local_mutex_);
+    for (std::uint32_t i = 0; i < capacity_; ++i) {
+        Slot& s = slots_[i];
+        std::uint64_t w = s.word.load();
+        if ((w & 0xff) != queued)
+            continue;
+        if (!s.word.compare_exchange_strong(w, word(w >> 8, handed_back)))
+            continue;
+        release_ids_.add_int64(s.id);
+        released_.fetch_add(1, std::memory_order_relaxed);
+        depth_.fetch_sub(1);
+        account(i);
+    }
+}
+
+inline void Node::take_claim(detail::Result rows) {
+    claims_.fetch_add(1, std::memory_order_relaxed);
+    const int n = rows.rows();
+    std::array<std::uint32_t, 3> got{};
+    std::array<std::int64_t, 3> max_wait{};
+    if (n == 0) {
+        empty_ = {got[0] < asked_[0], got[1] < asked_[1], got[2] < asked_[2]};
+        last_claim_full_ = false;
+        claim_now_ = false;
+        pid_.reset();
+        return;
+    }
+    batches_claimed_.fetch_add(1, std::memory_order_relaxed);
+    std::uint32_t bi;
+    if (!free_batches_.empty()) {
+        bi = free_batches_.back();
+        free_batches_.pop_back();
+    } else {
+        bi = static_cast<std::uint32_t>(batches_.size());
+        batches_.emplace_back();
+    }
+    PGresult* res = rows.release();
+    Batch& b = batches_[bi];
+    b.in_use = true;
+    b.result = res;
+    b.size = static_cast<std::uint32_t>(n);
+    b.db_id = detail::be64(PQgetvalue(res, 0, 1));
+    last_batch_.store(b.size, std::memory_order_relaxed);
+    std::lock_guard lock(local_mutex_);
+    for (int i = 0; i < n; ++i) {
+        const std::uint32_t idx = free_.back();
+        free_.pop_back();
+        Slot& s = slots_[idx];
+        s.id = detail::be64(PQgetvalue(res, i, 0));
+        s.batch = bi;
+        s.kind = static_cast<std::uint32_t>(detail::be32(PQgetvalue(res, i, 2)) - 1);
+        const auto p = static_cast<std::size_t>(detail::be16(PQgetvalue(res, i, 3)));
+        s.priority = static_cast<Priority>(p);
+        s.attempt = static_cast<std::uint32_t>(detail::be32(PQgetvalue(res, i, 4)));
+        const auto timeout_ms = detail::be32(PQgetvalue(res, i, 5));
+        s.cancel.store(*PQgetvalue(res, i, 6) != 0);
+        max_wait[p] = std::max(max_wait[p], detail::be64(PQgetvalue(res, i, 7)));
+        s.payload = std::string_view(PQgetvalue(res, i, 8),
+                                     static_cast<std::size_t>(PQgetlength(res, i, 8)));
+        s.outcome = ok;
+        got[p] += 1;
+        const std::uint64_t gen = s.word.load() >> 8;
+        s.word.store(word(gen, queued));
+        depth_.fetch_add(1);
+        SubmitOptions so;
+        so.priority = s.priority;
+        so.timeout = std::chrono::milliseconds(timeout_ms);
+        so.max_retries = 0; // retries happen in the database, on any node
+        auto r = sched_->post([this, idx, gen](TaskContext& ctx) { run_slot(idx, gen, ctx); }, so);
+        if (r) {
+            s.local = r.value();
+        } else {
+            // Refused locally (should not happen: the queue is sized for the buffer): hand
+            // it straight back.
+            std::uint64_t w = word(gen, queued);
+            if (s.word.compare_exchange_strong(w, word(gen, handed_back))) {
+                release_ids_.add_int64(s.id);
+                released_.fetch_add(1, std::memory_order_relaxed);
+                depth_.fetch_sub(1);
+                account(idx);
+            }
+        }
+    }
+    std::uint32_t asked_total = 0;
+    for (std::size_t p = 0; p < 3; ++p) {
+        claimed_[p].fetch_add(got[p], std::memory_order_relaxed);
+        buckets_[p].take(got[p]);
+        empty_[p] = got[p] < asked_[p];
+        overdue_[p] = max_wait[p] > max_wait_ms_;
+        asked_total += asked_[p];
+    }
+    last_claim_full_ = static_cast<std::uint32_t>(n) >= asked_total;
+    claim_now_ = last_claim_full_;
+}
+
+} // namespace ax::pg

@@ -1,0 +1,141 @@
+// ax — Adaptive eXchange Scheduler. SPDX-License-Identifier: MIT
+#pragma once
+
+// The vocabulary of ax::pg::Node, split out of node.hpp so it can be read (and included) without
+// the node's machinery: what a handler receives (Job), the handler type, the node's knobs
+// (NodeOptions) and its counters (NodeStats). Include <ax/pg/node.hpp> to run a node.
+
+#include "../config.hpp"
+#include "../task.hpp"
+#include "../task_context.hpp"
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <stop_token>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ax::pg {
+
+/// What a handler receives: the task's identity and payload, plus the local TaskContext (stop
+/// token, heartbeat, subtasks). Valid during the handler call only.
+class Job {
+  public:
+    /// The task's database ID.
+    [[nodiscard]] std::int64_t id() const noexcept { return id_; }
+    /// Its kind (the handler's registration name).
+    [[nodiscard]] std::string_view kind() const noexcept { return kind_; }
+    /// The payload bytes (a view into the claim's result: no copy was made).
+    [[nodiscard]] std::string_view payload() const noexcept { return payload_; }
+    /// Attempt number across all nodes, 1 for the first.
+    [[nodiscard]] std::uint32_t attempt() const noexcept { return attempt_; }
+    /// The task's lane.
+    [[nodiscard]] Priority priority() const noexcept { return priority_; }
+    /// The local task's context: stop token (requested by a cross-node cancel, a timeout or a
+    /// node stop), heartbeat (extends the timeout), subtasks.
+    [[nodiscard]] TaskContext& context() const noexcept { return *ctx_; }
+    /// Shorthands for context().stop_token() / stop_requested() / heartbeat().
+    [[nodiscard]] std::stop_token stop_token() const { return ctx_->stop_token(); }
+    [[nodiscard]] bool stop_requested() const noexcept { return ctx_->stop_requested(); }
+    void heartbeat() noexcept { ctx_->heartbeat(); }
+
+    /// Built by the node only.
+    Job(std::int64_t id, std::string_view kind, std::string_view payload, std::uint32_t attempt,
+        Priority priority, TaskContext& ctx) noexcept
+        : id_(id), kind_(kind), payload_(payload), attempt_(attempt), priority_(priority),
+          ctx_(&ctx) {}
+
+  private:
+    std::int64_t id_;
+    std::string_view kind_;
+    std::string_view payload_;
+    std::uint32_t attempt_;
+    Priority priority_;
+    TaskContext* ctx_;
+};
+
+/// A handler: returns normally for success, throws to fail the attempt (retried in the
+/// database after the core's jittered back-off, on any node), throws ax::PermanentError (or a
+/// type derived from it) to dead-letter the task at once.
+using Handler = std::function<void(Job&)>;
+
+/// Node knobs. Every duration must be positive.
+struct NodeOptions {
+    /// libpq connection string (validated at construction).
+    std::string conninfo;
+    /// Shown in `ax-pg status` (default "<host>:<pid>").
+    std::string name;
+    /// Tags this node offers; it claims only tasks whose required tags are all here.
+    std::vector<std::string> tags;
+    /// The local scheduler. queue_capacity is raised to hold the local buffer and the soft
+    /// limit is turned off (the node itself bounds what it claims); max_workers also sizes that
+    /// buffer. weight_high/normal/low are the claim shares (3:2:1), max_wait the anti-starvation
+    /// budget, retry_base_delay/retry_jitter the database retry back-off.
+    Config scheduler = {};
+    /// Tasks claimed per worker slot (default 16): the local buffer holds max_workers x this.
+    /// More hides the claim round trip better (short tasks need it); fewer leaves more for other
+    /// nodes and holds fewer tasks hostage to a node's death.
+    std::uint32_t tasks_per_worker = 16;
+    /// Largest batch per claim (default 512). Larger batches cost fewer round trips per task but
+    /// hold more tasks on one node when it dies (each waits out the lease).
+    std::uint32_t max_batch = 512;
+    /// Local depth the batch-size PID steers toward (default 0: the whole local buffer). A claim
+    /// is sent when the depth falls to half of it (the low watermark), never on a timer.
+    std::uint32_t target_depth = 0;
+    /// Token bucket per lane, high/normal/low: tasks per second this node may claim (0: no limit,
+    /// the default) and the bucket's burst. A limited lane's share goes to the other lanes.
+    std::array<double, 3> rate_per_s{0, 0, 0};
+    std::array<double, 3> burst{100, 100, 100};
+    /// Lease of each claimed batch (default 30 s), renewed every lease / 3. A dead node's tasks
+    /// run again elsewhere after about one lease: shorter recovers faster but renews more often
+    /// and risks reclaiming from a node that is only slow.
+    std::chrono::milliseconds lease{30000};
+    /// How often this node tries to run maintenance (default 2 s; one node at a time runs it):
+    /// reclaiming expired batches, pruning history.
+    std::chrono::milliseconds maintenance_interval{2000};
+    /// Idle fallback poll (default 500 ms): NOTIFY wakes an idle node at once; the poll catches
+    /// delayed tasks and retries coming due, and notifications lost with a connection.
+    std::chrono::milliseconds poll_interval{500};
+    /// Results wait at most this long before they are acknowledged (default 2 ms) when fewer
+    /// than ack_batch are pending.
+    std::chrono::milliseconds ack_delay{2};
+    /// Acknowledge as soon as this many results are pending (default 128).
+    std::uint32_t ack_batch = 128;
+    /// History kept for query() (default 1 h), pruned by maintenance `prune_batch` rows at a time.
+    std::chrono::milliseconds history_retention{3600 * 1000};
+    std::uint32_t prune_batch = 10000;
+    /// Reconnect back-off: the core's jittered exponential back-off from reconnect_base, capped
+    /// at reconnect_max (defaults 100 ms, 5 s).
+    std::chrono::milliseconds reconnect_base{100};
+    std::chrono::milliseconds reconnect_max{5000};
+    /// How long stop() waits for running handlers (default 30 s) before leaving their tasks to
+    /// the lease.
+    std::chrono::milliseconds stop_grace{30000};
+    /// Optional log of rare events (reconnects, reclaims, checksum mismatches); called on the
+    /// driver thread.
+    std::function<void(std::string_view)> on_event;
+};
+
+/// Counters of one node (monotonic, read any time).
+struct NodeStats {
+    std::int64_t node_id = 0;
+    /// Claim statements sent, and how many of them returned tasks (a batch).
+    std::uint64_t claims = 0;
+    std::uint64_t batches = 0;
+    std::array<std::uint64_t, 3> claimed{};
+    std::uint64_t succeeded = 0;
+    std::uint64_t failed = 0;
+    std::uint64_t cancelled = 0;
+    std::uint64_t released = 0;
+    std::uint64_t reconnects = 0;
+    std::uint64_t reclaimed_batches = 0;
+    std::uint64_t reclaimed_tasks = 0;
+    std::uint64_t checksum_mismatches = 0;
+    std::uint32_t last_batch = 0;
+    std::uint32_t depth = 0;
+};
+
+} // namespace ax::pg
