@@ -10,6 +10,8 @@ packages=(
     catch2 libbenchmark-dev libfmt-dev libtbb-dev libasio-dev
     # ax::pg (libpq) and the throw-away server its tests run against (scripts/pg-server.sh)
     libpq-dev postgresql
+    # ax::http (cpp-httplib, found through pkg-config)
+    libcpp-httplib-dev pkg-config
     "$@"
 )
 
