@@ -12,6 +12,8 @@ packages=(
     libpq-dev postgresql
     # ax::http (cpp-httplib, found through pkg-config)
     libcpp-httplib-dev pkg-config
+    # promtool (checks the exposition format) and the Prometheus server the http tests scrape with
+    prometheus
     "$@"
 )
 
