@@ -12,6 +12,8 @@ packages=(
     libpq-dev postgresql
     # ax::http (cpp-httplib, found through pkg-config)
     libcpp-httplib-dev pkg-config
+    # nlohmann-json (parses the Prometheus API answers in test_prometheus_scrape)
+    nlohmann-json3-dev
     # promtool (checks the exposition format) and the Prometheus server the http tests scrape with
     prometheus
     "$@"
