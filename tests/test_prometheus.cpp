@@ -1,6 +1,7 @@
 // ax/prometheus.hpp: the text exposition of a real scheduler's metrics — syntax of every line,
 // HELP and TYPE before each family's samples, counter naming, values against the snapshot, label
-// escaping, and `promtool check metrics` when Debian's prometheus package is installed.
+// escaping, and `promtool check metrics` (tests/promtool.hpp).
+#include "promtool.hpp"
 #include "test_support.hpp"
 
 #include <algorithm>
@@ -171,29 +172,6 @@ std::string num(std::uint64_t v) {
     return std::to_string(v);
 }
 
-/// Runs `promtool check metrics` on `text`; returns its exit status, or -1 if promtool is absent.
-int promtool_check(const std::string& text, std::string& output) {
-    if (std::system("command -v promtool >/dev/null 2>&1") != 0)
-        return -1;
-    const auto dir = std::filesystem::temp_directory_path();
-    const auto in = dir / ("ax_prom_" + std::to_string(::getpid()) + ".txt");
-    const auto out = dir / ("ax_prom_" + std::to_string(::getpid()) + ".out");
-    {
-        std::ofstream f(in, std::ios::binary);
-        f << text;
-    }
-    const std::string cmd =
-        "promtool check metrics < '" + in.string() + "' > '" + out.string() + "' 2>&1";
-    const int rc = std::system(cmd.c_str());
-    std::ifstream r(out);
-    std::ostringstream ss;
-    ss << r.rdbuf();
-    output = ss.str();
-    std::filesystem::remove(in);
-    std::filesystem::remove(out);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
-}
-
 } // namespace
 
 TEST_CASE("Prometheus exposition of a real scheduler", "[prometheus]") {
@@ -293,14 +271,7 @@ TEST_CASE("Prometheus exposition of a real scheduler", "[prometheus]") {
     }
 
     SECTION("promtool check metrics accepts it") {
-        std::string output;
-        const int rc = promtool_check(text, output);
-        if (rc == -1) {
-            WARN("promtool not on PATH (Debian package prometheus): skipping promtool check");
-        } else {
-            INFO("promtool: " << output);
-            CHECK(rc == 0);
-        }
+        ax_test::check_with_promtool(text);
     }
 }
 
@@ -332,12 +303,5 @@ TEST_CASE("Prometheus label values: escaping and invalid bytes", "[prometheus]")
     CHECK(e.values.at("ax_group_limit{group=\"tab_here \xc3\xa9t\xc3\xa9\"}") == "0");
     CHECK(e.values.at("ax_drain_rate_per_second{}") == "0.25");
 
-    std::string output;
-    const int rc = promtool_check(text, output);
-    if (rc == -1) {
-        WARN("promtool not on PATH (Debian package prometheus): skipping promtool check");
-    } else {
-        INFO("promtool: " << output);
-        CHECK(rc == 0);
-    }
+    ax_test::check_with_promtool(text);
 }

@@ -1,7 +1,7 @@
 // ax/http/metrics_server.hpp: a real scheduler served on loopback, scraped with httplib::Client —
 // /metrics status, content type and values, /healthz, 404, a clear bind error on a taken port,
-// stop() twice, and `promtool check metrics` on the scraped body when Debian's prometheus
-// package is installed.
+// stop() twice, and `promtool check metrics` on the scraped body (tests/promtool.hpp).
+#include "promtool.hpp"
 #include "test_support.hpp"
 
 #include <ax/http/metrics_server.hpp>
@@ -32,29 +32,6 @@ std::string sample_value(const std::string& text, const std::string& name) {
             return line.substr(name.size() + 1);
     }
     return "";
-}
-
-/// Runs `promtool check metrics` on `text`; returns its exit status, or -1 if promtool is absent.
-int promtool_check(const std::string& text, std::string& output) {
-    if (std::system("command -v promtool >/dev/null 2>&1") != 0)
-        return -1;
-    const auto dir = std::filesystem::temp_directory_path();
-    const auto in = dir / ("ax_http_" + std::to_string(::getpid()) + ".txt");
-    const auto out = dir / ("ax_http_" + std::to_string(::getpid()) + ".out");
-    {
-        std::ofstream f(in, std::ios::binary);
-        f << text;
-    }
-    const std::string cmd =
-        "promtool check metrics < '" + in.string() + "' > '" + out.string() + "' 2>&1";
-    const int rc = std::system(cmd.c_str());
-    std::ifstream r(out);
-    std::ostringstream ss;
-    ss << r.rdbuf();
-    output = ss.str();
-    std::filesystem::remove(in);
-    std::filesystem::remove(out);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
 }
 
 } // namespace
@@ -96,14 +73,7 @@ TEST_CASE("MetricsServer serves a real scheduler's metrics", "[http]") {
         CHECK(sample_value(res->body, "ax_tasks_submitted_total") == std::to_string(tasks));
         CHECK(res->body.find("# TYPE ax_tasks_succeeded_total counter") != std::string::npos);
 
-        std::string output;
-        const int rc = promtool_check(res->body, output);
-        if (rc < 0) {
-            WARN("promtool not installed (Debian: prometheus); skipping promtool check metrics");
-        } else {
-            INFO(output);
-            CHECK(rc == 0);
-        }
+        ax_test::check_with_promtool(res->body);
     }
 
     SECTION("a fresh snapshot per scrape") {
