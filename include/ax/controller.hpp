@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 
 namespace ax {
@@ -28,7 +29,94 @@ struct ControllerInput {
     /// The queue is at its soft limit or refused work since the last tick: refusals, not queue
     /// length, now measure demand.
     bool saturated = false;
+    /// Submits per second over the window, refused ones included: the demand, which completions
+    /// (capped by the pool's current size) cannot show.
+    double offered_rate = 0.0;
+    /// Shares of the workers' busy wall time since the last round spent on a CPU, and waiting in
+    /// the kernel's run queue for one (0..1 each; the rest is blocked time). Sampled per worker
+    /// once per round, never per task; zero when unknown.
+    double cpu_share = 0.0;
+    double runqueue_share = 0.0;
+    /// Cores the process may run on.
+    std::uint32_t cores = 1;
 };
+
+/// Why the controller set the target it did, for metrics and dashboards (bounded: one label
+/// value each in the Prometheus exposition).
+enum class ControllerReason : std::uint8_t {
+    none,         ///< No round has run yet.
+    hold,         ///< The target already fits the load.
+    little_law,   ///< Little's Law: arrival rate x mean duration (+ backlog / drain_time).
+    backlog,      ///< The admitted queue needs more workers to drain in time.
+    saturated,    ///< Queue at its limit with every worker busy: stepping up per tick.
+    cpu_bound,    ///< The CPU share of the work bounds useful concurrency near the cores.
+    runqueue,     ///< Workers wait for a CPU more than they run: shrinking.
+    forecast,     ///< Pre-scaled ahead of a predicted burst.
+    keep_warm,    ///< Holding workers through a short gap between predicted bursts.
+    idle,         ///< Less work than workers: shrinking toward min_workers.
+    queued_floor, ///< Queued work and no worker at all: one worker.
+};
+
+/// Number of ControllerReason values (for renderers that enumerate them).
+inline constexpr std::size_t controller_reason_count = 11;
+
+/// Snake-case name of a reason (the Prometheus label value, the JSON field).
+constexpr const char* controller_reason_name(ControllerReason r) noexcept {
+    switch (r) {
+    case ControllerReason::none:
+        return "none";
+    case ControllerReason::hold:
+        return "hold";
+    case ControllerReason::little_law:
+        return "little_law";
+    case ControllerReason::backlog:
+        return "backlog";
+    case ControllerReason::saturated:
+        return "saturated";
+    case ControllerReason::cpu_bound:
+        return "cpu_bound";
+    case ControllerReason::runqueue:
+        return "runqueue";
+    case ControllerReason::forecast:
+        return "forecast";
+    case ControllerReason::keep_warm:
+        return "keep_warm";
+    case ControllerReason::idle:
+        return "idle";
+    case ControllerReason::queued_floor:
+        return "queued_floor";
+    }
+    return "none";
+}
+
+/// One sentence a person reads on a dashboard, for each reason.
+constexpr const char* controller_reason_text(ControllerReason r) noexcept {
+    switch (r) {
+    case ControllerReason::none:
+        return "no controller round yet";
+    case ControllerReason::hold:
+        return "target fits the load";
+    case ControllerReason::little_law:
+        return "sized by Little's Law from arrival rate and mean duration";
+    case ControllerReason::backlog:
+        return "growing to drain the queued backlog";
+    case ControllerReason::saturated:
+        return "queue full and every worker busy";
+    case ControllerReason::cpu_bound:
+        return "CPU-bound work: concurrency bounded near the cores";
+    case ControllerReason::runqueue:
+        return "workers wait for a CPU: shrinking";
+    case ControllerReason::forecast:
+        return "pre-scaled ahead of a predicted burst";
+    case ControllerReason::keep_warm:
+        return "keeping workers warm through a short gap";
+    case ControllerReason::idle:
+        return "less work than workers: shrinking";
+    case ControllerReason::queued_floor:
+        return "queued work needs at least one worker";
+    }
+    return "";
+}
 
 /// True when more threads cannot help: the process already uses cfg.cpu_ceiling of the machine.
 /// Adding threads to CPU-bound work only lengthens every task, which Little's Law would misread

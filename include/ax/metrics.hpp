@@ -1,6 +1,7 @@
 // ax — Adaptive eXchange Scheduler. SPDX-License-Identifier: MIT
 #pragma once
 
+#include "controller.hpp"
 #include "groups.hpp"
 #include "task.hpp"
 #include "tuning.hpp"
@@ -81,6 +82,44 @@ struct MetricsTotals {
     std::uint64_t destructor_exceptions = 0;
 };
 
+/// A latency distribution with fixed bucket bounds (the Prometheus histogram model: buckets, not
+/// quantiles, so histograms of several workers or schedulers add up). Counts are per bucket, not
+/// cumulative; a renderer accumulates them.
+struct LatencyHistogram {
+    /// Buckets with an upper bound; one more bucket (+Inf) follows them.
+    static constexpr std::size_t bound_count = 20;
+    /// Upper bounds in seconds, ascending: 10 us .. 60 s, roughly 1-2.5-5 per decade.
+    static constexpr std::array<double, bound_count> upper_bounds_s = {
+        10e-6, 50e-6,  100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3,
+        50e-3, 100e-3, 250e-3, 500e-3, 1.0,    2.5,  5.0,    10.0, 30.0,  60.0};
+    /// Observations per bucket; buckets[bound_count] counts those above the last bound.
+    std::array<std::uint64_t, bound_count + 1> buckets{};
+    /// Observations in all buckets.
+    std::uint64_t count = 0;
+    /// Sum of all observations, in seconds.
+    double sum_s = 0.0;
+};
+
+/// What the controller decided last and from what (seed §5.1: a pool size nobody can explain
+/// cannot be tuned).
+struct ControllerStats {
+    /// The controller policy's name ("adaptive", "little_law", or a user policy's).
+    std::string policy;
+    /// The worker target in force.
+    std::uint32_t target = 0;
+    /// Why the target is what it is.
+    ControllerReason reason = ControllerReason::none;
+    /// Controller rounds run, rounds that changed the target, and changes that reversed the
+    /// direction of the previous change (a damped controller keeps the last one small).
+    std::uint64_t rounds = 0;
+    std::uint64_t changes = 0;
+    std::uint64_t direction_changes = 0;
+    /// Arrivals per second the forecaster expects over the next round (0 without one).
+    double forecast_rate = 0.0;
+    /// The inputs of the last round.
+    ControllerInput inputs;
+};
+
 /// A consistent-enough picture of the scheduler for dashboards and tests.
 struct MetricsSnapshot {
     /// Queued tasks per priority lane (index = Priority).
@@ -110,6 +149,14 @@ struct MetricsSnapshot {
     double cpu_utilization = 0.0;
     /// Every registered group: limit, activity and breaker state.
     std::vector<GroupSnapshot> groups;
+    /// Age of the oldest task queued in each priority lane (zero for an empty lane).
+    std::array<std::chrono::nanoseconds, priority_count> oldest_queued_age{};
+    /// Time from admission (or a retry's re-queue) to the start of each attempt, and each
+    /// attempt's run time, since start (Config::latency_histograms off: both stay empty).
+    LatencyHistogram queue_wait;
+    LatencyHistogram run_time;
+    /// The controller's last decision and its inputs.
+    ControllerStats controller;
 };
 
 namespace detail {
