@@ -15,6 +15,15 @@ namespace ax::pg {
 inline void Node::drive() {
     std::uint32_t failures = 0;
     std::mt19937_64 rng(std::random_device{}());
+    // Jittered exponential back-off between connection attempts, capped at reconnect_max, so a
+    // restarted server is not met by every node at the same instant.
+    const auto back_off = [&] {
+        const auto d = std::min<std::chrono::nanoseconds>(
+            retry_delay(opt_.reconnect_base, opt_.reconnect_base, failures + 1,
+                        std::uniform_real_distribution<double>(0, 1)(rng)),
+            opt_.reconnect_max);
+        sleep_for(std::chrono::duration_cast<std::chrono::milliseconds>(d));
+    };
     while (true) {
         if (!conn_.ok()) {
             if (stopping_.load() && stop_deadline_passed())
@@ -29,13 +38,9 @@ inline void Node::drive() {
             } catch (const std::exception& e) {
                 conn_.close();
                 ++failures;
-                const auto d = std::min<std::chrono::nanoseconds>(
-                    retry_delay(opt_.reconnect_base, opt_.reconnect_base, failures + 1,
-                                std::uniform_real_distribution<double>(0, 1)(rng)),
-                    opt_.reconnect_max);
                 if (failures == 1)
                     event(std::string("connection lost, retrying: ") + e.what());
-                sleep_for(std::chrono::duration_cast<std::chrono::milliseconds>(d));
+                back_off();
                 continue;
             }
         }
@@ -49,11 +54,7 @@ inline void Node::drive() {
             event(std::string("connection lost or statement failed: ") + e.what());
             conn_.close();
             ++failures;
-            const auto d = std::min<std::chrono::nanoseconds>(
-                retry_delay(opt_.reconnect_base, opt_.reconnect_base, failures + 1,
-                            std::uniform_real_distribution<double>(0, 1)(rng)),
-                opt_.reconnect_max);
-            sleep_for(std::chrono::duration_cast<std::chrono::milliseconds>(d));
+            back_off();
         }
     }
     // Leave: the row goes, so status no longer lists this node.
