@@ -33,6 +33,7 @@
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <thread>
+#include <type_traits>
 #include <unistd.h>
 #include <vector>
 
@@ -532,6 +533,17 @@ void drive(Shared& sh, Result& r, const std::function<bool(std::uint64_t)>& subm
     measured_floor(sh, r);
 }
 
+/// The controller policy ax::Scheduler<> uses by default, whatever it is in this build.
+template <class S> struct ControllerOf;
+template <ax::SchedulerClock C, ax::ControllerPolicy P> struct ControllerOf<ax::Scheduler<C, P>> {
+    using type = P;
+};
+using DefaultController = ControllerOf<ax::Scheduler<>>::type;
+
+/// True while the default controller is the seed's rule (before AdaptiveController): then ax and
+/// ax-little are one configuration, run once and shown in both rows.
+constexpr bool default_is_little = std::is_same_v<DefaultController, ax::LittleController>;
+
 /// A strategy name resolved: fixed<N> / fixedhw, or ax / ax-little with an optional -q<N>
 /// (queue_capacity N instead of the default Config's 150).
 struct Strategy {
@@ -544,7 +556,8 @@ struct Strategy {
     [[nodiscard]] std::string key() const {
         if (kind == Kind::fixed)
             return fmt::format("fixed{}", threads);
-        return fmt::format("{}-q{}", kind == Kind::ax ? "ax" : "ax-little",
+        const bool little = kind == Kind::ax_little || default_is_little;
+        return fmt::format("{}-q{}", little ? "ax-little" : "ax",
                            queue_capacity.value_or(ax::Config{}.queue_capacity));
     }
 };
@@ -590,13 +603,6 @@ std::optional<Strategy> parse_strategy(const std::string& name) {
     st.queue_capacity = static_cast<std::uint32_t>(*q);
     return st;
 }
-
-/// The controller policy ax::Scheduler<> uses by default, whatever it is in this build.
-template <class S> struct ControllerOf;
-template <ax::SchedulerClock C, ax::ControllerPolicy P> struct ControllerOf<ax::Scheduler<C, P>> {
-    using type = P;
-};
-using DefaultController = ControllerOf<ax::Scheduler<>>::type;
 
 constexpr auto submit_deadline = std::chrono::seconds(60);
 
@@ -1314,7 +1320,8 @@ strategy, and prints a table per workload. Writes <out>/<workload>.md, .csv and 
                       ax = ax::Scheduler<> (the default controller), ax-little = the seed's
                       ax::LittleController, both with the default Config otherwise
   --max-estimate-s S  skip a fixed pool whose nominal lower-bound time exceeds S seconds unless
-                      --strategies was given (default 30; fixed1 on sleep would need 1600 s)
+                      --strategies was given (default 30; fixed1 on sleep would need 1600 s);
+                      fixed32 and fixed128, the seed's baselines, always run
   --out DIR           output folder (default bench-results)
   --quick             small and fast: 200 x 5 ms (and scaled-down other workloads)
   --help              this text
@@ -1474,13 +1481,21 @@ int parent_main(const Options& o, const std::string& self) {
             if (const auto it = ran.find(st.key()); it != ran.end()) {
                 Result r = results[it->second]; // e.g. fixedhw = fixed2 on 2 cores
                 r.strategy = strategy;
-                r.note = fmt::format("the same configuration as {} (hardware_concurrency() = {}), "
-                                     "its run repeated in this row",
-                                     results[it->second].strategy, cores());
+                r.note = st.kind == Strategy::Kind::fixed
+                             ? fmt::format("the same configuration as {} (hardware_concurrency() "
+                                           "= {}), its run repeated in this row",
+                                           results[it->second].strategy, cores())
+                             : fmt::format("the same configuration as {} (this build's default "
+                                           "controller is ax::LittleController), its run "
+                                           "repeated in this row",
+                                           results[it->second].strategy);
                 results.push_back(std::move(r));
                 continue;
             }
-            if (st.kind == Strategy::Kind::fixed && !o.strategies_given) {
+            // The seed's baselines (fixed32, fixed128) always run; smaller pools are skipped when
+            // they would take longer than --max-estimate-s.
+            const bool baseline = strategy == "fixed32" || strategy == "fixed128";
+            if (st.kind == Strategy::Kind::fixed && !o.strategies_given && !baseline) {
                 const double threads = static_cast<double>(st.threads);
                 const double est =
                     estimate_seconds(spec, threads, std::min<double>(threads, cores()));
