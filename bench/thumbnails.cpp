@@ -7,6 +7,10 @@
 
 #include "ax/scheduler.hpp"
 #include "naive_pool.hpp"
+#if __has_include("ax/adaptive_controller.hpp")
+#include "ax/adaptive_controller.hpp"
+#define AX_BENCH_HAVE_ADAPTIVE 1
+#endif
 
 #include <algorithm>
 #include <atomic>
@@ -41,6 +45,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
+
+/// Whether this build has ax::AdaptiveController (strategy ax-noforecast).
+#ifdef AX_BENCH_HAVE_ADAPTIVE
+constexpr bool have_adaptive = true;
+#else
+constexpr bool have_adaptive = false;
+#endif
 
 std::int64_t now_ns() {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
@@ -126,6 +137,8 @@ std::vector<std::string> default_strategies(const std::string& w) {
         v.insert(v.begin() + 7, "ax-q32768");
         v.push_back("ax-little-q32768");
     }
+    if (w == "bursty-forecast" && have_adaptive)
+        v.push_back("ax-noforecast");
     return v;
 }
 
@@ -540,6 +553,16 @@ template <ax::SchedulerClock C, ax::ControllerPolicy P> struct ControllerOf<ax::
 };
 using DefaultController = ControllerOf<ax::Scheduler<>>::type;
 
+#ifdef AX_BENCH_HAVE_ADAPTIVE
+/// ax::AdaptiveController with its BurstForecaster left out: bursty-forecast's baseline for the
+/// forecaster's effect (strategy ax-noforecast).
+struct NoForecastController : ax::AdaptiveController {
+    /// Policy name in MetricsSnapshot::controller.policy.
+    static constexpr const char* name = "adaptive-noforecast";
+    explicit NoForecastController(const ax::Config& cfg) : ax::AdaptiveController(cfg, false) {}
+};
+#endif
+
 /// True while the default controller is the seed's rule (before AdaptiveController): then ax and
 /// ax-little are one configuration, run once and shown in both rows.
 constexpr bool default_is_little = std::is_same_v<DefaultController, ax::LittleController>;
@@ -547,7 +570,7 @@ constexpr bool default_is_little = std::is_same_v<DefaultController, ax::LittleC
 /// A strategy name resolved: fixed<N> / fixedhw, or ax / ax-little with an optional -q<N>
 /// (queue_capacity N instead of the default Config's 150).
 struct Strategy {
-    enum class Kind { fixed, ax, ax_little };
+    enum class Kind { fixed, ax, ax_little, ax_noforecast };
     Kind kind = Kind::fixed;
     std::size_t threads = 0;                     ///< fixed pools
     std::optional<std::uint32_t> queue_capacity; ///< ax: Config::queue_capacity override
@@ -556,8 +579,11 @@ struct Strategy {
     [[nodiscard]] std::string key() const {
         if (kind == Kind::fixed)
             return fmt::format("fixed{}", threads);
-        const bool little = kind == Kind::ax_little || default_is_little;
-        return fmt::format("{}-q{}", little ? "ax-little" : "ax",
+        const bool little = kind == Kind::ax_little || (kind == Kind::ax && default_is_little);
+        return fmt::format("{}-q{}",
+                           little                        ? "ax-little"
+                           : kind == Kind::ax_noforecast ? "ax-noforecast"
+                                                         : "ax",
                            queue_capacity.value_or(ax::Config{}.queue_capacity));
     }
 };
@@ -587,6 +613,11 @@ std::optional<Strategy> parse_strategy(const std::string& name) {
     if (rest.starts_with("ax-little")) {
         st.kind = Strategy::Kind::ax_little;
         rest.remove_prefix(9);
+    } else if (rest.starts_with("ax-noforecast")) {
+        if (!have_adaptive)
+            return std::nullopt;
+        st.kind = Strategy::Kind::ax_noforecast;
+        rest.remove_prefix(13);
     } else if (rest.starts_with("ax")) {
         st.kind = Strategy::Kind::ax;
         rest.remove_prefix(2);
@@ -661,8 +692,12 @@ Result run_strategy(const std::string& strategy, const Spec& spec) {
             cfg.queue_capacity = *st->queue_capacity;
         if (st->kind == Strategy::Kind::ax)
             run_ax<DefaultController>(sh, r, cfg);
-        else
+        else if (st->kind == Strategy::Kind::ax_little)
             run_ax<ax::LittleController>(sh, r, cfg);
+#ifdef AX_BENCH_HAVE_ADAPTIVE
+        else
+            run_ax<NoForecastController>(sh, r, cfg);
+#endif
     } else {
         ax_bench::NaivePool pool(st->threads);
         auto submit = [&](std::uint64_t i) {
@@ -989,15 +1024,25 @@ std::vector<Verdict> verdicts(const Spec& spec, const std::vector<Result>& resul
         }
     }
     if (spec.name == "bursty-forecast") {
-        if (little == nullptr) {
-            add("ax first-200 p99 wait <= 0.5 x ax-little", std::nullopt, "ax-little did not run");
+        // Without the forecaster: AdaptiveController(cfg, false) where this build has it, else
+        // the seed's controller (which has none).
+        const Result* base = find_result(results, "ax-noforecast");
+        std::string why = "AdaptiveController without its forecaster";
+        if (base == nullptr) {
+            base = little;
+            why = "the seed's controller, which has no forecaster";
+        }
+        const std::string name = base != nullptr ? base->strategy : std::string("ax-little");
+        if (base == nullptr) {
+            add("ax first-200 p99 wait <= 0.5 x " + name, std::nullopt, name + " did not run");
         } else {
-            add("ax first-200 p99 wait <= 0.5 x ax-little",
-                ax->wait200_p99_s <= 0.5 * little->wait200_p99_s,
-                fmt::format("{:.3f} s vs {:.3f} s (the seed's controller has no forecaster)",
-                            ax->wait200_p99_s, little->wait200_p99_s));
-            add("ax thread-s <= 1.10 x ax-little", ax->thread_s <= 1.10 * little->thread_s,
-                fmt::format("{:.1f} vs {:.1f} thread-seconds", ax->thread_s, little->thread_s));
+            add("ax first-200 p99 wait <= 0.5 x " + name,
+                ax->wait200_p99_s <= 0.5 * base->wait200_p99_s,
+                fmt::format("{:.3f} s vs {:.3f} s ({}){}", ax->wait200_p99_s, base->wait200_p99_s,
+                            why, mark));
+            add("ax thread-s <= 1.10 x " + name, ax->thread_s <= 1.10 * base->thread_s,
+                fmt::format("{:.1f} vs {:.1f} thread-seconds{}", ax->thread_s, base->thread_s,
+                            mark));
         }
     }
     return v;
@@ -1318,7 +1363,9 @@ strategy, and prints a table per workload. Writes <out>/<workload>.md, .csv and 
                       with -q<N> (queue_capacity N); default: fixed1,fixed2,fixed4,fixed32,
                       fixed128,fixedhw,ax,ax-little (large-queue adds ax-q32768,ax-little-q32768)
                       ax = ax::Scheduler<> (the default controller), ax-little = the seed's
-                      ax::LittleController, both with the default Config otherwise
+                      ax::LittleController, both with the default Config otherwise;
+                      ax-noforecast (builds with ax/adaptive_controller.hpp; bursty-forecast
+                      runs it): AdaptiveController without its forecaster
   --max-estimate-s S  skip a fixed pool whose nominal lower-bound time exceeds S seconds unless
                       --strategies was given (default 30; fixed1 on sleep would need 1600 s);
                       fixed32 and fixed128, the seed's baselines, always run
@@ -1401,9 +1448,10 @@ Options parse(int argc, char** argv) {
     }
     for (const auto& s : o.strategies)
         if (!parse_strategy(s))
-            throw std::invalid_argument("unknown strategy '" + s +
-                                        "' (fixed<N>, fixedhw, ax, ax-little, ax-q<N>, "
-                                        "ax-little-q<N>)");
+            throw std::invalid_argument(
+                "unknown strategy '" + s + "' (fixed<N>, fixedhw, ax, ax-little" +
+                (have_adaptive ? ", ax-noforecast" : "") + ", each ax one with an optional -q<N>" +
+                (have_adaptive ? ")" : "; ax-noforecast needs ax/adaptive_controller.hpp)"));
     if (o.tasks && *o.tasks == 0)
         throw std::invalid_argument("--tasks must be at least 1");
     if (o.bursts && *o.bursts == 0)
@@ -1502,9 +1550,10 @@ int parent_main(const Options& o, const std::string& self) {
                 if (est > o.max_estimate_s) {
                     Result r;
                     r.strategy = strategy;
-                    r.note = fmt::format("at least {:.0f} s with {} threads, over "
-                                         "--max-estimate-s {:g}; name it in --strategies to run it",
-                                         est, st.threads, o.max_estimate_s);
+                    r.note =
+                        fmt::format("at least {:.0f} s with {} thread{}, over "
+                                    "--max-estimate-s {:g}; name it in --strategies to run it",
+                                    est, st.threads, st.threads == 1 ? "" : "s", o.max_estimate_s);
                     fmt::print(stderr, "[{}] {}: skipped ({})\n", w, strategy, r.note);
                     results.push_back(r);
                     continue;
