@@ -1497,6 +1497,48 @@ int child_main(const Options& o) {
     return 0;
 }
 
+/// One markdown table over every workload of the invocation: total seconds per strategy, the
+/// floor, ax against the best fixed pool and fixed128's thread-seconds.
+std::string summary_markdown(const std::vector<std::pair<Spec, std::vector<Result>>>& runs) {
+    std::vector<std::string> names; // strategies in order of first appearance
+    for (const auto& [spec, results] : runs)
+        for (const auto& r : results)
+            if (std::find(names.begin(), names.end(), r.strategy) == names.end())
+                names.push_back(r.strategy);
+    std::string t = "| workload |";
+    for (const auto& n : names)
+        t += " " + n + " |";
+    t += " floor | ax / best fixed | ax / floor | ax thread-s / fixed128's |\n| --- |";
+    for (std::size_t i = 0; i < names.size() + 4; ++i)
+        t += " ---: |";
+    t += "\n";
+    for (const auto& [spec, results] : runs) {
+        const Summary sum = summarize(results);
+        t += "| " + spec.name + " |";
+        for (const auto& n : names) {
+            const auto it = std::find_if(results.begin(), results.end(),
+                                         [&](const Result& r) { return r.strategy == n; });
+            if (it == results.end())
+                t += " |";
+            else if (!it->ran)
+                t += fmt::format(
+                    " not run (≥ {:.0f} s) |",
+                    estimate_seconds(spec, static_cast<double>(parse_strategy(n)->threads),
+                                     std::min<double>(parse_strategy(n)->threads, cores())));
+            else
+                t += fmt::format(" {:.2f} |", it->total_s);
+        }
+        const Result* ax = find_result(results, "ax");
+        const Result* f128 = find_result(results, "fixed128");
+        t += fmt::format(" {:.2f} |", sum.floor_s);
+        t +=
+            " " + (ax && sum.best_fixed ? ratio(ax->total_s, sum.best_fixed->total_s) : "-") + " |";
+        t += " " + (ax ? ratio(ax->total_s, sum.floor_s) : "-") + " |";
+        t += " " + (ax && f128 ? ratio(ax->thread_s, f128->thread_s) : "-") + " |\n";
+    }
+    return t;
+}
+
 int parent_main(const Options& o, const std::string& self) {
     std::vector<std::string> workloads;
     if (o.workload == "all")
@@ -1510,6 +1552,7 @@ int parent_main(const Options& o, const std::string& self) {
     std::filesystem::create_directories(out);
     std::map<double, int> sides; // cpu target ms -> calibrated side
     const auto started = Clock::now();
+    std::vector<std::pair<Spec, std::vector<Result>>> runs;
 
     for (const auto& w : workloads) {
         Spec spec = resolve(w, o);
@@ -1574,6 +1617,13 @@ int parent_main(const Options& o, const std::string& self) {
         write_svg(out / (w + ".svg"), spec, results);
         fmt::print("wrote {}.md, {}.csv, {}.svg in {}\n", w, w, w, out.string());
         std::fflush(stdout);
+        runs.emplace_back(spec, std::move(results));
+    }
+    if (runs.size() > 1) {
+        const std::string table = summary_markdown(runs);
+        fmt::print("\n== summary: total seconds per workload and strategy ==\n\n{}", table);
+        std::ofstream(out / "summary.md") << table;
+        fmt::print("wrote summary.md in {}\n", out.string());
     }
     fmt::print(stderr, "ax_thumbnails: {:.0f} s in all\n",
                std::chrono::duration<double>(Clock::now() - started).count());
