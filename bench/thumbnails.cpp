@@ -95,7 +95,8 @@ Spec default_spec(const std::string& w, bool quick) {
         s.tasks = quick ? 200 : 20000;
         s.sleep_ms = quick ? 5 : 80;
     } else if (w == "cpu") {
-        s.tasks = quick ? 200 : 4000;
+        // 2000 (was 4000): keeps --workload all under 8 min on 2 cores with every strategy.
+        s.tasks = quick ? 200 : 2000;
         s.cpu_ms = quick ? 2 : 3;
     } else if (w == "cpu-heavy") {
         s.tasks = quick ? 40 : 400;
@@ -103,7 +104,8 @@ Spec default_spec(const std::string& w, bool quick) {
         s.image_side = heavy_side;
         s.cpu_ms = 1; // replaced by the parent's measurement of one task (estimates only)
     } else if (w == "mixed") {
-        s.tasks = quick ? 200 : 4000;
+        s.tasks = quick ? 200 : 2000; // 2000 (was 4000), as for cpu
+
         s.sleep_ms = quick ? 5 : 20;
         s.cpu_ms = quick ? 1 : 3;
     } else if (w == "bursty") {
@@ -1352,8 +1354,8 @@ strategy, and prints a table per workload. Writes <out>/<workload>.md, .csv and 
 
   --workload W        sleep (default; the seed's 20000 x 80 ms), cpu, cpu-heavy, mixed, bursty,
                       bursty-forecast, large-queue, or all (every one, in that order)
-  --tasks N           number of tasks (defaults: sleep 20000, cpu 4000, cpu-heavy 400, mixed
-                      4000, bursty 10000, bursty-forecast 3200, large-queue 20000)
+  --tasks N           number of tasks (defaults: sleep 20000, cpu 2000, cpu-heavy 400, mixed
+                      2000, bursty 10000, bursty-forecast 3200, large-queue 20000)
   --duration-ms D     sleep per task for sleep/mixed/bursty/bursty-forecast/large-queue
                       (80/20/80/20/5); CPU target for cpu (3); not for cpu-heavy
   --cpu-ms C          box-filter time per task for cpu and mixed (3)
