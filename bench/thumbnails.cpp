@@ -105,7 +105,6 @@ Spec default_spec(const std::string& w, bool quick) {
         s.cpu_ms = 1; // replaced by the parent's measurement of one task (estimates only)
     } else if (w == "mixed") {
         s.tasks = quick ? 200 : 2000; // 2000 (was 4000), as for cpu
-
         s.sleep_ms = quick ? 5 : 20;
         s.cpu_ms = quick ? 1 : 3;
     } else if (w == "bursty") {
