@@ -100,6 +100,9 @@ foreach(w IN LISTS workloads)
     if(w STREQUAL "large-queue")
         list(APPEND strategies ax-q32768 ax-little-q32768)
     endif()
+    if(w STREQUAL "bursty-forecast" AND out MATCHES "\nax-noforecast ")
+        list(APPEND strategies ax-noforecast) # built where ax/adaptive_controller.hpp exists
+    endif()
     # ---- markdown -------------------------------------------------------------------------------
     set(md "${AX_OUT}/${w}.md")
     if(NOT EXISTS "${md}")
