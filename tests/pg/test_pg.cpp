@@ -469,6 +469,96 @@ TEST_CASE("idempotency keys return the first task's ID, live or recently finishe
     CHECK(c.counts().live() == 0);
 }
 
+TEST_CASE("bulk enqueue: IDs in input order, every field stored, all or nothing; keyed and "
+          "unkeyed calls mix",
+          "[pg][enqueue]") {
+    Db db("ax_t_enqueue");
+    pg::Client c(db.conninfo);
+    // No key in the call: the unkeyed fast path. Every field lands on the row the ID names.
+    const std::size_t n = 5000;
+    std::vector<std::string> payloads(n);
+    std::vector<pg::NewTask> ts(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        payloads[i] = "p" + std::to_string(i);
+        ts[i] = {.kind = i % 2 == 0 ? "even" : "odd",
+                 .payload = payloads[i],
+                 .priority = static_cast<ax::Priority>(i % 3),
+                 .timeout = std::chrono::milliseconds(i % 7),
+                 .max_attempts = 1 + static_cast<int>(i % 5),
+                 .delay = i % 10 == 0 ? 3600s : 0s};
+        if (i % 4 == 0)
+            ts[i].tags = {"gpu", i % 3 == 0 ? "x" : "y"};
+    }
+    const auto ids = c.enqueue_many(ts);
+    REQUIRE(ids.size() == n);
+    for (std::size_t i = 0; i < n; ++i) {
+        CHECK(!ids[i].existed);
+        if (i > 0)
+            REQUIRE(ids[i].id > ids[i - 1].id);
+    }
+    {
+        auto s = db.sql();
+        auto r = s.exec("SELECT id, kind, convert_from(payload, 'UTF8'), priority, timeout_ms, "
+                        "max_attempts, run_at > now() + interval '59 minutes', "
+                        "array_to_string(tags, ','), node_id IS NULL, attempts, idem_key IS NULL "
+                        "FROM ax.tasks ORDER BY id");
+        REQUIRE(r.rows() == static_cast<int>(n));
+        std::size_t wrong = 0;
+        for (std::size_t i = 0; i < n; ++i) {
+            const int row = static_cast<int>(i);
+            const std::string tags =
+                i % 4 == 0 ? std::string("gpu,") + (i % 3 == 0 ? "x" : "y") : std::string();
+            const bool ok =
+                r.int64(row, 0) == ids[i].id && r.text(row, 1) == (i % 2 == 0 ? "even" : "odd") &&
+                r.text(row, 2) == payloads[i] && r.int64(row, 3) == static_cast<int>(i % 3) &&
+                r.int64(row, 4) == static_cast<int>(i % 7) &&
+                r.int64(row, 5) == 1 + static_cast<int>(i % 5) &&
+                r.boolean(row, 6) == (i % 10 == 0) && r.text(row, 7) == tags && r.boolean(row, 8) &&
+                r.int64(row, 9) == 0 && r.boolean(row, 10);
+            wrong += ok ? 0 : 1;
+        }
+        CHECK(wrong == 0);
+    }
+    CHECK(c.counts().scheduled[0] + c.counts().scheduled[1] + c.counts().scheduled[2] ==
+          static_cast<std::int64_t>(n / 10));
+
+    // All or nothing: a row the server refuses (a kind that is not UTF-8) fails the whole call,
+    // on the unkeyed path and on the keyed one.
+    const std::int64_t live = c.counts().live();
+    auto poisoned = tasks_of("good", 2000);
+    poisoned[1234].kind = "bad\xff";
+    CHECK_THROWS_AS(c.enqueue_many(poisoned), pg::Error);
+    CHECK(c.counts().live() == live);
+    poisoned[7].idempotency_key = "key-of-a-failed-call";
+    CHECK_THROWS_AS(c.enqueue_many(poisoned), pg::Error);
+    CHECK(c.counts().live() == live);
+    // The key of the failed call was not taken.
+    CHECK(!c.enqueue({.kind = "k", .idempotency_key = "key-of-a-failed-call"}).existed);
+
+    // Mixed calls: keyed and unkeyed tasks in one call keep input order and honour the keys;
+    // unkeyed calls before and after take new, increasing IDs.
+    const auto before = c.enqueue_many(tasks_of("k", 3));
+    const auto mixed = c.enqueue_many(
+        std::vector<pg::NewTask>{{.kind = "k"},
+                                 {.kind = "k", .idempotency_key = "key-of-a-failed-call"},
+                                 {.kind = "k", .idempotency_key = "fresh"},
+                                 {.kind = "k"}});
+    const auto after = c.enqueue_many(tasks_of("k", 3));
+    REQUIRE(mixed.size() == 4);
+    CHECK(!mixed[0].existed);
+    CHECK(mixed[1].existed);
+    CHECK(!mixed[2].existed);
+    CHECK(!mixed[3].existed);
+    CHECK(mixed[0].id > before.back().id);
+    CHECK(mixed[3].id > mixed[2].id);
+    CHECK(mixed[2].id > mixed[0].id);
+    CHECK(after.front().id > mixed[3].id);
+    CHECK(c.enqueue({.kind = "k", .idempotency_key = "fresh"}).id == mixed[2].id);
+    CHECK(c.counts().live() == live + 1 + 3 + 3 + 3);
+    // A duplicate ID can never be handed out: every ID above is distinct and live.
+    CHECK(db.scalar("SELECT count(DISTINCT id) FROM ax.tasks") == c.counts().live());
+}
+
 TEST_CASE("cross-node cancel: the running task's process sees its stop token", "[pg][cancel]") {
     Db db("ax_t_cancel");
     pg::Client c(db.conninfo);
