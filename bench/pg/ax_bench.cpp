@@ -108,7 +108,7 @@ int role_info() {
          R"j("unfinished_sql":"select count(*)::bigint as n from ax.tasks",)j"
          R"j("claimed_ids_sql":"select id::text from ax.tasks where node_id is not null",)j"
          R"j("unfinished_of_sql":"select count(*)::bigint as n from ax.tasks where id = any($1::bigint[])",)j"
-         R"j("recovery_note":"batch leases expire after the lease; maintenance (every 2 s, one node) reclaims them"})j");
+         R"j("recovery_note":"batch leases expire after the lease; maintenance (one node; at the earliest lease expiry, else every 2 s) reclaims them"})j");
     return 0;
 }
 

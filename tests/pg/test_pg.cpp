@@ -310,6 +310,69 @@ TEST_CASE("kill -9 of a node mid-batch: its batches are reclaimed within about a
     CHECK(b.stop() == 0);
 }
 
+TEST_CASE("a dead node's batch is reclaimed at its lease's end, not a maintenance interval later",
+          "[pg][reclaim]") {
+    Db db("ax_t_reclaim");
+    pg::Client c(db.conninfo);
+    // The victim claims every task and sleeps on them; it never finishes one.
+    const std::size_t n = 6;
+    const auto ids = c.enqueue_many(tasks_of("sleep", n, "600000"));
+    Proc victim(
+        db.conninfo, "victim",
+        {"--kinds", "sleep", "--workers", "2", "--lease-ms", "1500", "--maintain-ms", "600000"});
+    REQUIRE(wait_until(
+        [&] {
+            return db.scalar("SELECT count(*) FROM ax.tasks WHERE node_id IS NOT NULL") ==
+                   static_cast<std::int64_t>(n);
+        },
+        60s));
+    // The survivor runs maintenance every 10 minutes only: what reclaims the victim's batch
+    // within the hang guard below is the maintenance it schedules at the earliest lease expiry.
+    std::mutex m;
+    std::set<std::int64_t> ran;
+    std::chrono::steady_clock::time_point last_run{};
+    auto o = quick_node(db, "survivor");
+    o.lease = 1500ms;
+    o.maintenance_interval = 600s;
+    pg::Node survivor(o);
+    survivor.handle("sleep", [&](pg::Job& j) {
+        std::lock_guard lock(m);
+        ran.insert(j.id());
+        last_run = std::chrono::steady_clock::now();
+    });
+    survivor.start();
+    std::this_thread::sleep_for(2s); // the victim renews its lease meanwhile (every 500 ms)
+    {
+        std::lock_guard lock(m);
+        CHECK(ran.empty()); // a live node's batch is never taken from it
+    }
+    victim.kill9();
+    const auto killed = std::chrono::steady_clock::now();
+    // Hang guard (not a speed claim): far below the survivor's 10-minute maintenance interval.
+    REQUIRE(wait_until(
+        [&] {
+            std::lock_guard lock(m);
+            return ran.size() == n;
+        },
+        60s));
+    double secs = 0;
+    {
+        std::lock_guard lock(m);
+        secs = std::chrono::duration<double>(last_run - killed).count();
+    }
+    std::printf("  the victim's %zu tasks ran on the survivor %.2f s after kill -9 (lease 1.5 s)\n",
+                n, secs);
+    for (const auto& e : ids) {
+        const auto q = c.query(e.id);
+        REQUIRE(q);
+        CHECK(q->attempts == 2);
+    }
+    REQUIRE(wait_until([&] { return c.counts().succeeded == static_cast<std::int64_t>(n); }, 30s));
+    survivor.stop();
+    CHECK(c.status().reclaimed_batches >= 1);
+    CHECK(c.status().reclaimed_tasks == static_cast<std::int64_t>(n));
+}
+
 TEST_CASE("a PostgreSQL restart while nodes run: they reconnect and nothing is lost",
           "[pg][restart]") {
     const char* ctl = std::getenv("AX_PG_CTL");

@@ -409,6 +409,9 @@ class Node {
     void hand_back_unstarted();
     void take_claim(detail::Result rows);
 
+    /// Maintenance scheduled at the earliest lease expiry runs this long after it (on_maintain).
+    static constexpr std::int64_t expiry_slack_ms = 5;
+
     // ------------------------------------------------------------------ state
     NodeOptions opt_;
     std::string host_;

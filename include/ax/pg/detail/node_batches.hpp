@@ -13,6 +13,15 @@
 namespace ax::pg {
 
 inline void Node::on_maintain(detail::Result& r) {
+    // Run it again just after the earliest running lease ends, when that comes before the
+    // regular interval: a dead node's batches are then reclaimed within moments of their expiry
+    // rather than up to a whole interval later. Live nodes renew at lease / 3, so their leases
+    // are never that close and this adds no round trips while every node is alive; a few
+    // milliseconds of slack make sure the lease has ended on the server's clock too.
+    if (!r.null(0, 6)) {
+        const auto ms = std::max<std::int64_t>(r.int64(0, 6), 0) + expiry_slack_ms;
+        next_maintain_ = std::min(next_maintain_, Clock::now() + std::chrono::milliseconds(ms));
+    }
     if (!r.boolean(0, 0))
         return;
     const std::string_view batches = r.text(0, 1);

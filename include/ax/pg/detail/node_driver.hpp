@@ -107,8 +107,8 @@ inline void Node::connect() {
         {"ax_renew", "SELECT ax.renew($1, $2, $3)", {20, 1016, 20}},
         {"ax_release", "SELECT ax.release($1, $2)", {20, 1016}},
         {"ax_maintain",
-         "SELECT got_lock, reclaimed_batches, reclaimed_nodes, requeued, dead, pruned "
-         "FROM ax.maintain($1, $2)",
+         "SELECT got_lock, reclaimed_batches, reclaimed_nodes, requeued, dead, pruned, "
+         "next_expiry_ms FROM ax.maintain($1, $2)",
          {20, 23}},
     };
     for (const P& s : stmts)
