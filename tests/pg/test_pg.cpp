@@ -373,6 +373,45 @@ TEST_CASE("a dead node's batch is reclaimed at its lease's end, not a maintenanc
     CHECK(c.status().reclaimed_tasks == static_cast<std::int64_t>(n));
 }
 
+TEST_CASE("the maintenance node vacuums the hot table once dead rows pile up; 0 turns it off",
+          "[pg][vacuum]") {
+    const auto run = [](const char* name, std::uint32_t threshold) {
+        Db db(name);
+        pg::Client c(db.conninfo);
+        const std::size_t n = 20000;
+        c.enqueue_many(tasks_of("noop", n));
+        auto o = quick_node(db, name);
+        o.vacuum_dead_rows = threshold;
+        pg::Node node(o);
+        node.handle("noop", [](pg::Job&) {});
+        node.start();
+        REQUIRE(
+            wait_until([&] { return c.counts().succeeded == static_cast<std::int64_t>(n); }, 60s));
+        const auto vacuums = [&] {
+            return db.scalar("SELECT vacuum_count FROM pg_stat_user_tables WHERE relid = "
+                             "'ax.tasks'::regclass");
+        };
+        if (threshold > 0) {
+            // 2 dead row versions per finished task; the statistics catch up within seconds.
+            REQUIRE(wait_until([&] { return vacuums() >= 1; }, 60s));
+            CHECK(node.stats().vacuums >= 1);
+        } else {
+            std::this_thread::sleep_for(3s); // several maintenance periods (200 ms)
+            CHECK(node.stats().vacuums == 0);
+            CHECK(vacuums() == 0);
+        }
+        std::printf(
+            "  vacuum_dead_rows %u: %llu VACUUM pass(es) by the node, hot table %lld "
+            "KiB after %zu tasks\n",
+            threshold, static_cast<unsigned long long>(node.stats().vacuums),
+            static_cast<long long>(db.scalar("SELECT pg_total_relation_size('ax.tasks') / 1024")),
+            n);
+        node.stop();
+    };
+    run("ax_t_vacuum_on", 2000);
+    run("ax_t_vacuum_off", 0);
+}
+
 TEST_CASE("a PostgreSQL restart while nodes run: they reconnect and nothing is lost",
           "[pg][restart]") {
     const char* ctl = std::getenv("AX_PG_CTL");

@@ -305,7 +305,8 @@ CREATE FUNCTION ax.discard_dead_letter(p_id bigint) RETURNS boolean LANGUAGE sql
     // ---------------------------------------------------------------- version 2
     // Maintenance also answers when the earliest lease still running expires, so nodes run it
     // again right then instead of up to a maintenance interval later: a dead node's batches are
-    // reclaimed within moments of their lease's end.
+    // reclaimed within moments of their lease's end. And it reports the hot table's dead row
+    // versions, so the maintenance node can vacuum it long before autovacuum would look.
     R"SQL(
 DROP FUNCTION ax.maintain(bigint, integer);
 -- Maintenance, run by one node at a time (advisory lock): batches whose lease expired go back
@@ -313,10 +314,13 @@ DROP FUNCTION ax.maintain(bigint, integer);
 -- and one batch of old history is pruned. Whether or not it got the lock, it answers
 -- next_expiry_ms: milliseconds until the earliest unexpired batch lease ends (NULL: none), so
 -- the caller can run it again right then. Expired batches are left out of that figure when the
--- lock was taken by another node (which is reclaiming them).
+-- lock was taken by another node (which is reclaiming them). With the lock it also answers
+-- dead_rows: ax.tasks's dead row versions as the statistics last saw them (the node vacuums the
+-- table past NodeOptions::vacuum_dead_rows).
 CREATE FUNCTION ax.maintain(p_history_ms bigint, p_prune_limit integer,
     OUT got_lock boolean, OUT reclaimed_batches bigint[], OUT reclaimed_nodes text[],
-    OUT requeued integer, OUT dead integer, OUT pruned integer, OUT next_expiry_ms bigint)
+    OUT requeued integer, OUT dead integer, OUT pruned integer, OUT next_expiry_ms bigint,
+    OUT dead_rows bigint)
 LANGUAGE plpgsql AS $$
 DECLARE expired bigint[]; r record;
 BEGIN
@@ -366,6 +370,7 @@ BEGIN
          LIMIT p_prune_limit) old
      WHERE h.ctid = old.ctid;
     GET DIAGNOSTICS pruned = ROW_COUNT;
+    dead_rows := pg_stat_get_dead_tuples('ax.tasks'::regclass);
 END $$;
 )SQL",
 };

@@ -24,6 +24,12 @@ inline void Node::on_maintain(detail::Result& r) {
     }
     if (!r.boolean(0, 0))
         return;
+    // Every finished task leaves two dead row versions in ax.tasks (the claim's update, the
+    // acknowledgement's delete); autovacuum visits a database only once per naptime (a minute
+    // by default), so the maintenance node vacuums the table itself once enough piled up.
+    if (opt_.vacuum_dead_rows > 0 && !vacuum_running_ && !r.null(0, 7) &&
+        r.int64(0, 7) >= static_cast<std::int64_t>(opt_.vacuum_dead_rows))
+        start_vacuum();
     const std::string_view batches = r.text(0, 1);
     const auto requeued = r.int64(0, 3), dead = r.int64(0, 4);
     if (batches.size() > 2) {

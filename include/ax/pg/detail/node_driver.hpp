@@ -69,7 +69,48 @@ inline void Node::drive() {
     } catch (const std::exception&) {
     }
     conn_.close();
+    vacuum_conn_.close();
     driver_done_.store(true);
+}
+
+inline void Node::start_vacuum() {
+    try {
+        if (!vacuum_conn_.ok())
+            vacuum_conn_ = detail::Connection::open(opt_.conninfo);
+        // SKIP_LOCKED: when another node's (or autovacuum's) pass is running, skip this one.
+        if (PQsendQuery(vacuum_conn_.get(), "VACUUM (SKIP_LOCKED, TRUNCATE false) ax.tasks") != 1)
+            throw ConnectionError("ax::pg: vacuum: " + vacuum_conn_.error_message());
+        vacuum_running_ = true;
+        vacuums_.fetch_add(1, std::memory_order_relaxed);
+    } catch (const std::exception& e) {
+        vacuum_conn_.close();
+        event(std::string("could not start VACUUM of ax.tasks: ") + e.what());
+    }
+}
+
+inline void Node::poll_vacuum() {
+    if (!vacuum_running_)
+        return;
+    PGconn* v = vacuum_conn_.get();
+    if (PQconsumeInput(v) != 1) {
+        event("VACUUM of ax.tasks: connection lost: " + vacuum_conn_.error_message());
+        vacuum_conn_.close();
+        vacuum_running_ = false;
+        return;
+    }
+    while (PQisBusy(v) == 0) {
+        detail::Result r(PQgetResult(v));
+        if (r.get() == nullptr) {
+            // Done: look again at once, so that under heavy churn passes follow each other
+            // (each one short, on a small table) rather than leaving a maintenance interval
+            // of dead rows to pile up.
+            vacuum_running_ = false;
+            next_maintain_ = Clock::now();
+            return;
+        }
+        if (r.status() != PGRES_COMMAND_OK)
+            event(std::string("VACUUM of ax.tasks failed: ") + PQresultErrorMessage(r.get()));
+    }
 }
 
 inline bool Node::stop_deadline_passed() {
@@ -108,7 +149,7 @@ inline void Node::connect() {
         {"ax_release", "SELECT ax.release($1, $2)", {20, 1016}},
         {"ax_maintain",
          "SELECT got_lock, reclaimed_batches, reclaimed_nodes, requeued, dead, pruned, "
-         "next_expiry_ms FROM ax.maintain($1, $2)",
+         "next_expiry_ms, dead_rows FROM ax.maintain($1, $2)",
          {20, 23}},
     };
     for (const P& s : stmts)
