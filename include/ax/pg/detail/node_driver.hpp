@@ -78,6 +78,9 @@ inline void Node::start_vacuum() {
         if (!vacuum_conn_.ok())
             vacuum_conn_ = detail::Connection::open(opt_.conninfo);
         // SKIP_LOCKED: when another node's (or autovacuum's) pass is running, skip this one.
+        // TRUNCATE false: giving the file's empty tail back needs an exclusive lock that a busy
+        // queue's claims never leave free (the pass would retry for seconds); autovacuum's
+        // passes still truncate.
         if (PQsendQuery(vacuum_conn_.get(), "VACUUM (SKIP_LOCKED, TRUNCATE false) ax.tasks") != 1)
             throw ConnectionError("ax::pg: vacuum: " + vacuum_conn_.error_message());
         vacuum_running_ = true;
