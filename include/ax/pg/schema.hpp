@@ -451,8 +451,9 @@ ORDER BY u.ord)SQL";
 
 /// Enqueue many when no task in the call has an idempotency key: a plain INSERT ... SELECT FROM
 /// unnest, without the key joins, the ON CONFLICT arbiter or the result joins of enqueue_sql
-/// (about a third of its server time on 100k rows). Arrays as enqueue_sql without $7: $1 kind,
-/// $2 payload, $3 priority, $4 timeout_ms, $5 max_attempts, $6 delay_ms, $7 tags (comma-joined).
+/// (less than half of its server CPU on 100k rows: 7 against 16 us per task). Arrays as
+/// enqueue_sql less the keys: $1 kind, $2 payload, $3 priority, $4 timeout_ms, $5 max_attempts,
+/// $6 delay_ms, $7 tags (comma-joined).
 /// Returns one row: the new IDs as one int8[]. IDs are taken by nextval in the projection over
 /// the unnest scan, so in input order: ascending ID is input order, whatever order RETURNING
 /// hands them back in (the client sorts when it is not already ascending).
