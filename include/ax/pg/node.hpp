@@ -416,6 +416,8 @@ class Node {
 
     /// Maintenance scheduled at the earliest lease expiry runs this long after it (on_maintain).
     static constexpr std::int64_t expiry_slack_ms = 5;
+    /// Shortest time between the starts of two of this node's VACUUM passes (poll_vacuum).
+    static constexpr std::chrono::milliseconds vacuum_min_period{500};
 
     // ------------------------------------------------------------------ state
     NodeOptions opt_;
@@ -485,6 +487,7 @@ class Node {
     std::atomic<std::uint64_t> mismatches_{0}, vacuums_{0};
     detail::Connection vacuum_conn_; // driver only: the node's own VACUUM passes
     bool vacuum_running_ = false;    // driver only
+    std::chrono::steady_clock::time_point vacuum_started_{}; // driver only
     std::atomic<std::uint32_t> last_batch_{0};
 };
 

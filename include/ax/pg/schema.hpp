@@ -316,7 +316,7 @@ DROP FUNCTION ax.maintain(bigint, integer);
 -- the caller can run it again right then. Expired batches are left out of that figure when the
 -- lock was taken by another node (which is reclaiming them). With the lock it also answers
 -- dead_rows: ax.tasks's dead row versions as the statistics last saw them (the node vacuums the
--- table past NodeOptions::vacuum_dead_rows).
+-- table past NodeOptions::vacuum_dead_rows), NULL when this role may not vacuum it.
 CREATE FUNCTION ax.maintain(p_history_ms bigint, p_prune_limit integer,
     OUT got_lock boolean, OUT reclaimed_batches bigint[], OUT reclaimed_nodes text[],
     OUT requeued integer, OUT dead integer, OUT pruned integer, OUT next_expiry_ms bigint,
@@ -370,7 +370,13 @@ BEGIN
          LIMIT p_prune_limit) old
      WHERE h.ctid = old.ctid;
     GET DIAGNOSTICS pruned = ROW_COUNT;
-    dead_rows := pg_stat_get_dead_tuples('ax.tasks'::regclass);
+    -- Only for a role that may vacuum the table (its owner's or the database owner's rights, or
+    -- a superuser): for any other VACUUM would just warn and skip.
+    IF (SELECT pg_has_role(c.relowner, 'USAGE') FROM pg_class c WHERE c.oid = 'ax.tasks'::regclass)
+       OR (SELECT pg_has_role(d.datdba, 'USAGE') FROM pg_database d
+            WHERE d.datname = current_database()) THEN
+        dead_rows := pg_stat_get_dead_tuples('ax.tasks'::regclass);
+    END IF;
 END $$;
 )SQL",
 };

@@ -84,6 +84,7 @@ inline void Node::start_vacuum() {
         if (PQsendQuery(vacuum_conn_.get(), "VACUUM (SKIP_LOCKED, TRUNCATE false) ax.tasks") != 1)
             throw ConnectionError("ax::pg: vacuum: " + vacuum_conn_.error_message());
         vacuum_running_ = true;
+        vacuum_started_ = Clock::now();
         vacuums_.fetch_add(1, std::memory_order_relaxed);
     } catch (const std::exception& e) {
         vacuum_conn_.close();
@@ -106,9 +107,11 @@ inline void Node::poll_vacuum() {
         if (r.get() == nullptr) {
             // Done: look again at once, so that under heavy churn passes follow each other
             // (each one short, on a small table) rather than leaving a maintenance interval
-            // of dead rows to pile up.
+            // of dead rows to pile up; but never start passes closer than vacuum_min_period,
+            // so a pass skipped at once (SKIP_LOCKED while autovacuum runs) does not loop.
             vacuum_running_ = false;
-            next_maintain_ = Clock::now();
+            next_maintain_ = std::min(next_maintain_,
+                                      std::max(Clock::now(), vacuum_started_ + vacuum_min_period));
             return;
         }
         if (r.status() != PGRES_COMMAND_OK)
