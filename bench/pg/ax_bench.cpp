@@ -5,10 +5,9 @@
 //   ax_pg_bench <info|setup|enqueue|node|produce> [--n N] [--batch pid|N] [--lease-s S]
 //               [--backlog N] [--total N] [--tick-ms MS] [--id I]
 // The connection comes from PGHOST, PGPORT, PGUSER, PGDATABASE. stdout carries protocol lines only.
-#include <ax/pg/pg.hpp>
-
 #include <algorithm>
 #include <atomic>
+#include <ax/pg/pg.hpp>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -37,8 +36,8 @@ long long opt_num(const std::string& k, long long def) {
     char* end = nullptr;
     const long long v = std::strtoll(it->second.c_str(), &end, 10);
     if (end == it->second.c_str() || *end != '\0' || v < 0) {
-        std::fprintf(stderr, "ax_pg_bench: --%s needs a non-negative integer, got '%s'\n", k.c_str(),
-                     it->second.c_str());
+        std::fprintf(stderr, "ax_pg_bench: --%s needs a non-negative integer, got '%s'\n",
+                     k.c_str(), it->second.c_str());
         std::exit(2);
     }
     return v;
@@ -104,11 +103,12 @@ double pct(std::vector<double> v, double q) {
 // ------------------------------------------------------------------------------------- roles
 
 int role_info() {
-    send(R"j({"ev":"info","hot_tables":["ax.tasks"],"other_tables":["ax.history","ax.batches","ax.nodes"],)j"
-         R"j("unfinished_sql":"select count(*)::bigint as n from ax.tasks",)j"
-         R"j("claimed_ids_sql":"select id::text from ax.tasks where node_id is not null",)j"
-         R"j("unfinished_of_sql":"select count(*)::bigint as n from ax.tasks where id = any($1::bigint[])",)j"
-         R"j("recovery_note":"batch leases expire after the lease; maintenance (every 2 s, one node) reclaims them"})j");
+    send(
+        R"j({"ev":"info","hot_tables":["ax.tasks"],"other_tables":["ax.history","ax.batches","ax.nodes"],)j"
+        R"j("unfinished_sql":"select count(*)::bigint as n from ax.tasks",)j"
+        R"j("claimed_ids_sql":"select id::text from ax.tasks where node_id is not null",)j"
+        R"j("unfinished_of_sql":"select count(*)::bigint as n from ax.tasks where id = any($1::bigint[])",)j"
+        R"j("recovery_note":"batch leases expire after the lease; maintenance (one node; at the earliest lease expiry, else every 2 s) reclaims them"})j");
     return 0;
 }
 
@@ -148,8 +148,8 @@ int role_enqueue() {
                      ids.size(), static_cast<unsigned long long>(n));
         return 1;
     }
-    send(R"({"ev":"done","n":)" + std::to_string(n) + R"(,"s":)" + num(s) +
-         R"(,"batch":)" + std::to_string(n) + "}");
+    send(R"({"ev":"done","n":)" + std::to_string(n) + R"(,"s":)" + num(s) + R"(,"batch":)" +
+         std::to_string(n) + "}");
     wait_flag(g_stop);
     send(R"({"ev":"stats","round_trips":1,"batch":)" + std::to_string(n) + "}");
     return 0;
@@ -211,11 +211,13 @@ int role_node() {
         // whole batch.
         o.max_batch = fixed;
         o.target_depth = 2 * fixed;
-        o.tasks_per_worker = std::max<std::uint32_t>(
-            o.tasks_per_worker, (2 * fixed + o.scheduler.max_workers - 1) / o.scheduler.max_workers);
+        o.tasks_per_worker =
+            std::max<std::uint32_t>(o.tasks_per_worker, (2 * fixed + o.scheduler.max_workers - 1) /
+                                                            o.scheduler.max_workers);
         if (!set_fixed_batch(o, fixed))
-            std::fprintf(stderr, "ax_pg_bench: NodeOptions has no fixed_batch: batch %u is max_batch "
-                                 "(the PID saturates there)\n",
+            std::fprintf(stderr,
+                         "ax_pg_bench: NodeOptions has no fixed_batch: batch %u is max_batch "
+                         "(the PID saturates there)\n",
                          fixed);
     }
     const bool rtt = hook_claims(o);
@@ -225,8 +227,8 @@ int role_node() {
     ax::pg::Node node(o);
     node.handle("noop", [&](ax::pg::Job&) {
         if (done.fetch_add(1, std::memory_order_relaxed) == 0)
-            first_ns.store(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - go_at)
-                               .count());
+            first_ns.store(
+                std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - go_at).count());
     });
     read_commands();
     send(R"({"ev":"ready"})");
@@ -239,9 +241,9 @@ int role_node() {
     }
     const ax::pg::NodeStats s = node.stats();
     std::uint64_t claimed = s.claimed[0] + s.claimed[1] + s.claimed[2];
-    std::string out = R"({"ev":"stats","done":)" + std::to_string(done.load()) +
-                      R"(,"claims":)" + std::to_string(s.claims) + R"(,"claimed_rows":)" +
-                      std::to_string(claimed) + R"(,"batch":")" + batch + "\"";
+    std::string out = R"({"ev":"stats","done":)" + std::to_string(done.load()) + R"(,"claims":)" +
+                      std::to_string(s.claims) + R"(,"claimed_rows":)" + std::to_string(claimed) +
+                      R"(,"batch":")" + batch + "\"";
     if (const long long rt = round_trips_of(s); rt >= 0)
         out += R"(,"round_trips":)" + std::to_string(rt);
     if (first_ns.load() >= 0)
@@ -281,7 +283,8 @@ int role_produce() {
         const auto backlog = static_cast<std::uint64_t>(std::stoll(std::string(r.text(0, 0))));
         sum_backlog += static_cast<double>(backlog);
         ++samples;
-        const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(tick_start - t0).count();
+        const auto ms =
+            std::chrono::duration_cast<std::chrono::milliseconds>(tick_start - t0).count();
         send(R"({"ev":"s","t_ms":)" + std::to_string(ms) + R"(,"backlog":)" +
              std::to_string(backlog) + R"(,"enq":)" + std::to_string(enq) + R"(,"q":)" +
              std::to_string(queries) + "}");
@@ -297,8 +300,9 @@ int role_produce() {
         }
         if (total != 0 && enq >= total && backlog == 0) {
             send(R"({"ev":"drained","t_ms":)" +
-                 std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0)
-                                    .count()) +
+                 std::to_string(
+                     std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0)
+                         .count()) +
                  R"(,"enq":)" + std::to_string(enq) + "}");
             break;
         }
@@ -315,7 +319,8 @@ int role_produce() {
 
 int main(int argc, char** argv) {
     if (argc < 2) {
-        std::fprintf(stderr, "usage: ax_pg_bench <info|setup|enqueue|node|produce> [--key value]...\n");
+        std::fprintf(stderr,
+                     "usage: ax_pg_bench <info|setup|enqueue|node|produce> [--key value]...\n");
         return 2;
     }
     const std::string role = argv[1];

@@ -310,6 +310,120 @@ TEST_CASE("kill -9 of a node mid-batch: its batches are reclaimed within about a
     CHECK(b.stop() == 0);
 }
 
+TEST_CASE("a dead node's batch is reclaimed at its lease's end, not a maintenance interval later",
+          "[pg][reclaim]") {
+    Db db("ax_t_reclaim");
+    pg::Client c(db.conninfo);
+    // The victim claims every task and sleeps on them; it never finishes one.
+    const std::size_t n = 6;
+    const auto ids = c.enqueue_many(tasks_of("sleep", n, "600000"));
+    Proc victim(
+        db.conninfo, "victim",
+        {"--kinds", "sleep", "--workers", "2", "--lease-ms", "1500", "--maintain-ms", "600000"});
+    REQUIRE(wait_until(
+        [&] {
+            return db.scalar("SELECT count(*) FROM ax.tasks WHERE node_id IS NOT NULL") ==
+                   static_cast<std::int64_t>(n);
+        },
+        60s));
+    // The survivor runs maintenance every 10 minutes only: what reclaims the victim's batch
+    // within the hang guard below is the maintenance it schedules at the earliest lease expiry.
+    std::mutex m;
+    std::set<std::int64_t> ran;
+    std::chrono::steady_clock::time_point last_run{};
+    auto o = quick_node(db, "survivor");
+    o.lease = 1500ms;
+    o.maintenance_interval = 600s;
+    pg::Node survivor(o);
+    survivor.handle("sleep", [&](pg::Job& j) {
+        std::lock_guard lock(m);
+        ran.insert(j.id());
+        last_run = std::chrono::steady_clock::now();
+    });
+    survivor.start();
+    std::this_thread::sleep_for(2s); // the victim renews its lease meanwhile (every 500 ms)
+    {
+        std::lock_guard lock(m);
+        CHECK(ran.empty()); // a live node's batch is never taken from it
+    }
+    victim.kill9();
+    const auto killed = std::chrono::steady_clock::now();
+    // Hang guard (not a speed claim): far below the survivor's 10-minute maintenance interval.
+    REQUIRE(wait_until(
+        [&] {
+            std::lock_guard lock(m);
+            return ran.size() == n;
+        },
+        60s));
+    double secs = 0;
+    {
+        std::lock_guard lock(m);
+        secs = std::chrono::duration<double>(last_run - killed).count();
+    }
+    std::printf("  the victim's %zu tasks ran on the survivor %.2f s after kill -9 (lease 1.5 s)\n",
+                n, secs);
+    for (const auto& e : ids) {
+        const auto q = c.query(e.id);
+        REQUIRE(q);
+        CHECK(q->attempts == 2);
+    }
+    REQUIRE(wait_until([&] { return c.counts().succeeded == static_cast<std::int64_t>(n); }, 30s));
+    survivor.stop();
+    CHECK(c.status().reclaimed_batches >= 1);
+    CHECK(c.status().reclaimed_tasks == static_cast<std::int64_t>(n));
+}
+
+TEST_CASE("the maintenance node vacuums the hot table once dead rows pile up; 0 turns it off",
+          "[pg][vacuum]") {
+    // may_vacuum false: the node connects as a role that may use the tables but does not own
+    // them (VACUUM would only warn and skip), so it must not try.
+    const auto run = [](const char* name, std::uint32_t threshold, bool may_vacuum = true) {
+        Db db(name);
+        pg::Client c(db.conninfo);
+        const std::size_t n = 20000;
+        c.enqueue_many(tasks_of("noop", n));
+        auto o = quick_node(db, name);
+        if (!may_vacuum) {
+            auto s = db.sql();
+            s.exec("DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'ax_t_plain') "
+                   "THEN CREATE ROLE ax_t_plain LOGIN; END IF; END $$");
+            s.exec("GRANT USAGE ON SCHEMA ax TO ax_t_plain");
+            s.exec("GRANT ALL ON ALL TABLES IN SCHEMA ax TO ax_t_plain");
+            s.exec("GRANT ALL ON ALL SEQUENCES IN SCHEMA ax TO ax_t_plain");
+            o.conninfo = db.conninfo + " user=ax_t_plain";
+        }
+        o.vacuum_dead_rows = threshold;
+        pg::Node node(o);
+        node.handle("noop", [](pg::Job&) {});
+        node.start();
+        REQUIRE(
+            wait_until([&] { return c.counts().succeeded == static_cast<std::int64_t>(n); }, 60s));
+        const auto vacuums = [&] {
+            return db.scalar("SELECT vacuum_count FROM pg_stat_user_tables WHERE relid = "
+                             "'ax.tasks'::regclass");
+        };
+        if (threshold > 0 && may_vacuum) {
+            // 2 dead row versions per finished task; the statistics catch up within seconds.
+            REQUIRE(wait_until([&] { return vacuums() >= 1; }, 60s));
+            CHECK(node.stats().vacuums >= 1);
+        } else {
+            std::this_thread::sleep_for(3s); // several maintenance periods (200 ms)
+            CHECK(node.stats().vacuums == 0);
+            CHECK(vacuums() == 0);
+        }
+        std::printf(
+            "  vacuum_dead_rows %u: %llu VACUUM pass(es) by the node, hot table %lld "
+            "KiB after %zu tasks\n",
+            threshold, static_cast<unsigned long long>(node.stats().vacuums),
+            static_cast<long long>(db.scalar("SELECT pg_total_relation_size('ax.tasks') / 1024")),
+            n);
+        node.stop();
+    };
+    run("ax_t_vacuum_on", 2000);
+    run("ax_t_vacuum_off", 0);
+    run("ax_t_vacuum_not_owner", 2000, false);
+}
+
 TEST_CASE("a PostgreSQL restart while nodes run: they reconnect and nothing is lost",
           "[pg][restart]") {
     const char* ctl = std::getenv("AX_PG_CTL");
@@ -467,6 +581,96 @@ TEST_CASE("idempotency keys return the first task's ID, live or recently finishe
     CHECK(again.existed);
     CHECK(again.id == a.id);
     CHECK(c.counts().live() == 0);
+}
+
+TEST_CASE("bulk enqueue: IDs in input order, every field stored, all or nothing; keyed and "
+          "unkeyed calls mix",
+          "[pg][enqueue]") {
+    Db db("ax_t_enqueue");
+    pg::Client c(db.conninfo);
+    // No key in the call: the unkeyed fast path. Every field lands on the row the ID names.
+    const std::size_t n = 5000;
+    std::vector<std::string> payloads(n);
+    std::vector<pg::NewTask> ts(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        payloads[i] = "p" + std::to_string(i);
+        ts[i] = {.kind = i % 2 == 0 ? "even" : "odd",
+                 .payload = payloads[i],
+                 .priority = static_cast<ax::Priority>(i % 3),
+                 .timeout = std::chrono::milliseconds(i % 7),
+                 .max_attempts = 1 + static_cast<int>(i % 5),
+                 .delay = i % 10 == 0 ? 3600s : 0s};
+        if (i % 4 == 0)
+            ts[i].tags = {"gpu", i % 3 == 0 ? "x" : "y"};
+    }
+    const auto ids = c.enqueue_many(ts);
+    REQUIRE(ids.size() == n);
+    for (std::size_t i = 0; i < n; ++i) {
+        CHECK(!ids[i].existed);
+        if (i > 0)
+            REQUIRE(ids[i].id > ids[i - 1].id);
+    }
+    {
+        auto s = db.sql();
+        auto r = s.exec("SELECT id, kind, convert_from(payload, 'UTF8'), priority, timeout_ms, "
+                        "max_attempts, run_at > now() + interval '59 minutes', "
+                        "array_to_string(tags, ','), node_id IS NULL, attempts, idem_key IS NULL "
+                        "FROM ax.tasks ORDER BY id");
+        REQUIRE(r.rows() == static_cast<int>(n));
+        std::size_t wrong = 0;
+        for (std::size_t i = 0; i < n; ++i) {
+            const int row = static_cast<int>(i);
+            const std::string tags =
+                i % 4 == 0 ? std::string("gpu,") + (i % 3 == 0 ? "x" : "y") : std::string();
+            const bool ok =
+                r.int64(row, 0) == ids[i].id && r.text(row, 1) == (i % 2 == 0 ? "even" : "odd") &&
+                r.text(row, 2) == payloads[i] && r.int64(row, 3) == static_cast<int>(i % 3) &&
+                r.int64(row, 4) == static_cast<int>(i % 7) &&
+                r.int64(row, 5) == 1 + static_cast<int>(i % 5) &&
+                r.boolean(row, 6) == (i % 10 == 0) && r.text(row, 7) == tags && r.boolean(row, 8) &&
+                r.int64(row, 9) == 0 && r.boolean(row, 10);
+            wrong += ok ? 0 : 1;
+        }
+        CHECK(wrong == 0);
+    }
+    CHECK(c.counts().scheduled[0] + c.counts().scheduled[1] + c.counts().scheduled[2] ==
+          static_cast<std::int64_t>(n / 10));
+
+    // All or nothing: a row the server refuses (a kind that is not UTF-8) fails the whole call,
+    // on the unkeyed path and on the keyed one.
+    const std::int64_t live = c.counts().live();
+    auto poisoned = tasks_of("good", 2000);
+    poisoned[1234].kind = "bad\xff";
+    CHECK_THROWS_AS(c.enqueue_many(poisoned), pg::Error);
+    CHECK(c.counts().live() == live);
+    poisoned[7].idempotency_key = "key-of-a-failed-call";
+    CHECK_THROWS_AS(c.enqueue_many(poisoned), pg::Error);
+    CHECK(c.counts().live() == live);
+    // The key of the failed call was not taken.
+    CHECK(!c.enqueue({.kind = "k", .idempotency_key = "key-of-a-failed-call"}).existed);
+
+    // Mixed calls: keyed and unkeyed tasks in one call keep input order and honour the keys;
+    // unkeyed calls before and after take new, increasing IDs.
+    const auto before = c.enqueue_many(tasks_of("k", 3));
+    const auto mixed = c.enqueue_many(
+        std::vector<pg::NewTask>{{.kind = "k"},
+                                 {.kind = "k", .idempotency_key = "key-of-a-failed-call"},
+                                 {.kind = "k", .idempotency_key = "fresh"},
+                                 {.kind = "k"}});
+    const auto after = c.enqueue_many(tasks_of("k", 3));
+    REQUIRE(mixed.size() == 4);
+    CHECK(!mixed[0].existed);
+    CHECK(mixed[1].existed);
+    CHECK(!mixed[2].existed);
+    CHECK(!mixed[3].existed);
+    CHECK(mixed[0].id > before.back().id);
+    CHECK(mixed[3].id > mixed[2].id);
+    CHECK(mixed[2].id > mixed[0].id);
+    CHECK(after.front().id > mixed[3].id);
+    CHECK(c.enqueue({.kind = "k", .idempotency_key = "fresh"}).id == mixed[2].id);
+    CHECK(c.counts().live() == live + 1 + 3 + 3 + 3);
+    // A duplicate ID can never be handed out: every ID above is distinct and live.
+    CHECK(db.scalar("SELECT count(DISTINCT id) FROM ax.tasks") == c.counts().live());
 }
 
 TEST_CASE("cross-node cancel: the running task's process sees its stop token", "[pg][cancel]") {

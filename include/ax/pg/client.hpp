@@ -7,6 +7,7 @@
 #include "../scheduler.hpp"
 #include "connection.hpp"
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdint>
@@ -240,12 +241,14 @@ class Client {
             keys(BA::text_oid), tags(BA::text_oid);
         std::set<std::string_view> seen_keys;
         std::string joined;
+        bool keyed = false;
         for (std::size_t i = 0; i < tasks.size(); ++i) {
             const NewTask& t = tasks[i];
             validate(t, i);
             if (!t.idempotency_key.empty() && !seen_keys.insert(t.idempotency_key).second)
                 bad(i, "idempotency_key", std::string(t.idempotency_key),
                     "appears twice in one enqueue_many call");
+            keyed = keyed || !t.idempotency_key.empty();
             kinds.add_bytes(t.kind);
             payloads.add_bytes(t.payload);
             prios.add_int16(static_cast<std::int16_t>(t.priority));
@@ -264,6 +267,9 @@ class Client {
             }
             tags.add_bytes(joined);
         }
+        if (!keyed)
+            return enqueue_unkeyed(
+                tasks.size(), {&kinds, &payloads, &prios, &timeouts, &attempts, &delays, &tags});
         BA* arrays[] = {&kinds, &payloads, &prios, &timeouts, &attempts, &delays, &keys, &tags};
         const char* values[8];
         int lengths[8];
@@ -452,6 +458,41 @@ class Client {
     [[nodiscard]] const ClientOptions& options() const noexcept { return options_; }
 
   private:
+    /// The fast path of enqueue_many (no idempotency key in the call): enqueue_unkeyed_sql, whose
+    /// one binary int8[] result holds the IDs; ascending ID order is input order (see the SQL).
+    std::vector<Enqueued> enqueue_unkeyed(std::size_t n,
+                                          std::array<detail::BinaryArray*, 7> arrays) {
+        const char* values[7];
+        int lengths[7];
+        int formats[7];
+        for (std::size_t i = 0; i < 7; ++i) {
+            values[i] = arrays[i]->data();
+            lengths[i] = arrays[i]->length();
+            formats[i] = 1;
+        }
+        detail::Result r =
+            connection().exec_raw(detail::enqueue_unkeyed_sql, 7, values, lengths, formats, 1);
+        // Binary int8[]: ndim, has-nulls, element OID, length, lower bound, then (len, value).
+        const std::size_t got =
+            r.rows() == 1 && !r.null(0, 0) && PQgetlength(r.get(), 0, 0) >= 20
+                ? static_cast<std::size_t>(detail::be32(PQgetvalue(r.get(), 0, 0) + 12))
+                : 0;
+        if (got != n || static_cast<std::size_t>(PQgetlength(r.get(), 0, 0)) != 20 + 12 * n)
+            throw Error("ax::pg: enqueue returned " + std::to_string(got) + " IDs for " +
+                        std::to_string(n) + " tasks");
+        const char* p = PQgetvalue(r.get(), 0, 0) + 20;
+        std::vector<Enqueued> out(n);
+        bool ascending = true;
+        for (std::size_t i = 0; i < n; ++i) {
+            out[i].id = detail::be64(p + 12 * i + 4);
+            ascending = ascending && (i == 0 || out[i].id > out[i - 1].id);
+        }
+        if (!ascending)
+            std::sort(out.begin(), out.end(),
+                      [](const Enqueued& a, const Enqueued& b) { return a.id < b.id; });
+        return out;
+    }
+
     detail::Connection& connection() {
         if (!conn_.ok())
             conn_ = detail::Connection::open(conninfo_);

@@ -174,6 +174,7 @@ class Node {
         s.reclaimed_batches = reclaimed_batches_.load(std::memory_order_relaxed);
         s.reclaimed_tasks = reclaimed_tasks_.load(std::memory_order_relaxed);
         s.checksum_mismatches = mismatches_.load(std::memory_order_relaxed);
+        s.vacuums = vacuums_.load(std::memory_order_relaxed);
         s.last_batch = last_batch_.load(std::memory_order_relaxed);
         s.depth = depth_.load(std::memory_order_relaxed);
         return s;
@@ -375,6 +376,10 @@ class Node {
     void cancel_local(std::int64_t id);
     void wait_for_work();
     void poll_until(Clock::time_point until);
+    /// Sends VACUUM (SKIP_LOCKED) ax.tasks on vacuum_conn_ (opened on first use) without
+    /// waiting; poll_vacuum() reads its outcome in later cycles.
+    void start_vacuum();
+    void poll_vacuum();
     bool empty_all() const noexcept {
         return empty_[0] && empty_[1] && empty_[2];
     }
@@ -408,6 +413,11 @@ class Node {
     /// stop(): every slot still queued locally goes back to the database at once.
     void hand_back_unstarted();
     void take_claim(detail::Result rows);
+
+    /// Maintenance scheduled at the earliest lease expiry runs this long after it (on_maintain).
+    static constexpr std::int64_t expiry_slack_ms = 5;
+    /// Shortest time between the starts of two of this node's VACUUM passes (poll_vacuum).
+    static constexpr std::chrono::milliseconds vacuum_min_period{500};
 
     // ------------------------------------------------------------------ state
     NodeOptions opt_;
@@ -474,7 +484,10 @@ class Node {
     std::array<std::atomic<std::uint64_t>, 3> claimed_{};
     std::atomic<std::uint64_t> succeeded_{0}, failed_{0}, cancelled_{0}, released_{0};
     std::atomic<std::uint64_t> reconnects_{0}, reclaimed_batches_{0}, reclaimed_tasks_{0};
-    std::atomic<std::uint64_t> mismatches_{0};
+    std::atomic<std::uint64_t> mismatches_{0}, vacuums_{0};
+    detail::Connection vacuum_conn_; // driver only: the node's own VACUUM passes
+    bool vacuum_running_ = false;    // driver only
+    std::chrono::steady_clock::time_point vacuum_started_{}; // driver only
     std::atomic<std::uint32_t> last_batch_{0};
 };
 

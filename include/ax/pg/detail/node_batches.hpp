@@ -13,8 +13,23 @@
 namespace ax::pg {
 
 inline void Node::on_maintain(detail::Result& r) {
+    // Run it again just after the earliest running lease ends, when that comes before the
+    // regular interval: a dead node's batches are then reclaimed within moments of their expiry
+    // rather than up to a whole interval later. Live nodes renew at lease / 3, so their leases
+    // are never that close and this adds no round trips while every node is alive; a few
+    // milliseconds of slack make sure the lease has ended on the server's clock too.
+    if (!r.null(0, 6)) {
+        const auto ms = std::max<std::int64_t>(r.int64(0, 6), 0) + expiry_slack_ms;
+        next_maintain_ = std::min(next_maintain_, Clock::now() + std::chrono::milliseconds(ms));
+    }
     if (!r.boolean(0, 0))
         return;
+    // Every finished task leaves two dead row versions in ax.tasks (the claim's update, the
+    // acknowledgement's delete); autovacuum visits a database only once per naptime (a minute
+    // by default), so the maintenance node vacuums the table itself once enough piled up.
+    if (opt_.vacuum_dead_rows > 0 && !vacuum_running_ && !r.null(0, 7) &&
+        r.int64(0, 7) >= static_cast<std::int64_t>(opt_.vacuum_dead_rows))
+        start_vacuum();
     const std::string_view batches = r.text(0, 1);
     const auto requeued = r.int64(0, 3), dead = r.int64(0, 4);
     if (batches.size() > 2) {

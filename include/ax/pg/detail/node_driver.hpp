@@ -69,7 +69,54 @@ inline void Node::drive() {
     } catch (const std::exception&) {
     }
     conn_.close();
+    vacuum_conn_.close();
     driver_done_.store(true);
+}
+
+inline void Node::start_vacuum() {
+    try {
+        if (!vacuum_conn_.ok())
+            vacuum_conn_ = detail::Connection::open(opt_.conninfo);
+        // SKIP_LOCKED: when another node's (or autovacuum's) pass is running, skip this one.
+        // TRUNCATE false: giving the file's empty tail back needs an exclusive lock that a busy
+        // queue's claims never leave free (the pass would retry for seconds); autovacuum's
+        // passes still truncate.
+        if (PQsendQuery(vacuum_conn_.get(), "VACUUM (SKIP_LOCKED, TRUNCATE false) ax.tasks") != 1)
+            throw ConnectionError("ax::pg: vacuum: " + vacuum_conn_.error_message());
+        vacuum_running_ = true;
+        vacuum_started_ = Clock::now();
+        vacuums_.fetch_add(1, std::memory_order_relaxed);
+    } catch (const std::exception& e) {
+        vacuum_conn_.close();
+        event(std::string("could not start VACUUM of ax.tasks: ") + e.what());
+    }
+}
+
+inline void Node::poll_vacuum() {
+    if (!vacuum_running_)
+        return;
+    PGconn* v = vacuum_conn_.get();
+    if (PQconsumeInput(v) != 1) {
+        event("VACUUM of ax.tasks: connection lost: " + vacuum_conn_.error_message());
+        vacuum_conn_.close();
+        vacuum_running_ = false;
+        return;
+    }
+    while (PQisBusy(v) == 0) {
+        detail::Result r(PQgetResult(v));
+        if (r.get() == nullptr) {
+            // Done: look again at once, so that under heavy churn passes follow each other
+            // (each one short, on a small table) rather than leaving a maintenance interval
+            // of dead rows to pile up; but never start passes closer than vacuum_min_period,
+            // so a pass skipped at once (SKIP_LOCKED while autovacuum runs) does not loop.
+            vacuum_running_ = false;
+            next_maintain_ = std::min(next_maintain_,
+                                      std::max(Clock::now(), vacuum_started_ + vacuum_min_period));
+            return;
+        }
+        if (r.status() != PGRES_COMMAND_OK)
+            event(std::string("VACUUM of ax.tasks failed: ") + PQresultErrorMessage(r.get()));
+    }
 }
 
 inline bool Node::stop_deadline_passed() {
@@ -107,8 +154,8 @@ inline void Node::connect() {
         {"ax_renew", "SELECT ax.renew($1, $2, $3)", {20, 1016, 20}},
         {"ax_release", "SELECT ax.release($1, $2)", {20, 1016}},
         {"ax_maintain",
-         "SELECT got_lock, reclaimed_batches, reclaimed_nodes, requeued, dead, pruned "
-         "FROM ax.maintain($1, $2)",
+         "SELECT got_lock, reclaimed_batches, reclaimed_nodes, requeued, dead, pruned, "
+         "next_expiry_ms, dead_rows FROM ax.maintain($1, $2)",
          {20, 23}},
     };
     for (const P& s : stmts)

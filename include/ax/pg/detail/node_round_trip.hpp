@@ -15,6 +15,7 @@ namespace ax::pg {
 inline bool Node::cycle() {
     PGconn* c = conn_.get();
     process_notifications();
+    poll_vacuum();
     collect_done();
     const auto now = Clock::now();
     if (now >= next_poll_) {
