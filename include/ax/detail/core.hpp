@@ -31,6 +31,7 @@
 #include "telemetry.hpp"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -144,6 +145,9 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
         return info;
     }
     MetricsSnapshot metrics();
+    // introspect.hpp
+    std::vector<TaskSummary> list_tasks(TaskState state, std::size_t limit);
+    std::array<std::optional<TaskSummary>, priority_count> oldest_waiting();
     std::vector<DeadLetter<Clock>> dead_letters();
     bool discard_dead_letter(TaskId id);
     Expected<TaskId> replay_dead_letter(TaskId id);

@@ -77,6 +77,15 @@ class History {
         size_ = 0;
     }
 
+    /// Introspection: calls f(index) for each finished slot held, newest first, under the
+    /// history lock, until f returns false. f must take no lock.
+    template <class F> void scan_newest(F&& f) {
+        std::lock_guard lock(mutex_);
+        for (std::size_t k = size_; k-- > 0;)
+            if (!f(ring_[(head_ + k) % ring_.size()]))
+                return;
+    }
+
     /// Entries held now.
     [[nodiscard]] std::size_t size() {
         std::lock_guard lock(mutex_);
