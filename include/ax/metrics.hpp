@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <bit>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -170,18 +171,48 @@ inline constexpr std::array<std::int64_t, LatencyHistogram::bound_count> latency
     return b;
 }();
 
-/// The bucket of an observation of `ns` nanoseconds: the first bound >= ns (Prometheus' `le`),
-/// bound_count for +Inf. A fixed five-step binary search (branch-light; compilers use cmov).
-[[nodiscard]] inline std::size_t latency_bucket(std::int64_t ns) noexcept {
-    // Positions 0..bound_count; the search narrows [lo, lo + len) to one position.
-    std::size_t lo = 0;
-    std::size_t len = LatencyHistogram::bound_count + 1;
-    while (len > 1) {
-        const std::size_t half = len / 2;
-        lo = latency_bounds_ns[lo + half - 1] < ns ? lo + half : lo;
-        len -= half;
+/// The bounds followed by a sentinel no observation exceeds, so the search needs no range check.
+inline constexpr std::array<std::int64_t, LatencyHistogram::bound_count + 1> latency_search_ns =
+    [] {
+        std::array<std::int64_t, LatencyHistogram::bound_count + 1> b{};
+        for (std::size_t i = 0; i < LatencyHistogram::bound_count; ++i)
+            b[i] = latency_bounds_ns[i];
+        b[LatencyHistogram::bound_count] = INT64_MAX;
+        return b;
+    }();
+
+/// For each bit width w of an observation (w = 1 + floor(log2 ns), 0 for 0), how many bounds
+/// lie below 2^(w-1), the smallest value of that width.
+inline constexpr std::array<std::uint8_t, 65> latency_bucket_by_width = [] {
+    std::array<std::uint8_t, 65> t{};
+    for (std::size_t w = 0; w < t.size(); ++w) {
+        const std::int64_t lo = w <= 1 ? static_cast<std::int64_t>(w) : std::int64_t{1} << (w - 1);
+        std::uint8_t n = 0;
+        while (n < LatencyHistogram::bound_count && (w == 64 || latency_bounds_ns[n] < lo))
+            ++n;
+        t[w] = n;
     }
-    return lo;
+    return t;
+}();
+
+/// Consecutive bounds are at least a factor 2 apart, so [2^(w-1), 2^w) holds at most one: the
+/// bucket search below needs one compare after the table.
+inline constexpr bool latency_bounds_double = [] {
+    for (std::size_t i = 1; i < LatencyHistogram::bound_count; ++i)
+        if (latency_bounds_ns[i] < 2 * latency_bounds_ns[i - 1])
+            return false;
+    return true;
+}();
+static_assert(latency_bounds_double, "latency_bucket needs bounds at least 2x apart");
+
+/// The bucket of an observation of `ns` nanoseconds (ns >= 0): the first bound >= ns
+/// (Prometheus' `le`), bound_count for +Inf. Branch-free: a table lookup by bit width and one
+/// compare.
+[[nodiscard]] inline std::size_t latency_bucket(std::int64_t ns) noexcept {
+    const auto u = static_cast<std::uint64_t>(std::max<std::int64_t>(ns, 0));
+    std::size_t i = latency_bucket_by_width[static_cast<std::size_t>(std::bit_width(u))];
+    i += static_cast<std::size_t>(latency_search_ns[i] < ns);
+    return i;
 }
 
 /// Adds one observation of `ns` nanoseconds (negative counts as 0) to a plain histogram.
@@ -196,8 +227,9 @@ inline void observe(LatencyHistogram& h, std::int64_t ns) noexcept {
 /// load + store, no read-modify-write, no shared cache line), read by metrics() while the worker
 /// runs. Its own cache lines.
 struct alignas(64) LatencyCounters {
-    std::array<std::atomic<std::uint64_t>, LatencyHistogram::bound_count + 1> buckets{};
+    /// First, so it shares a cache line with the lowest buckets (tiny tasks touch one line).
     std::atomic<std::int64_t> sum_ns{0};
+    std::array<std::atomic<std::uint64_t>, LatencyHistogram::bound_count + 1> buckets{};
 
     /// Counts one observation (single writer only).
     void add(std::int64_t ns) noexcept {

@@ -44,8 +44,9 @@ struct Reservation {
 /// Lock it owns: `mutex_` (the dispatch spin lock) guards `lanes_`, `batch_`, `pops_since_swap_`,
 /// `subtasks_` and every GroupState in `groups_`. Every member function below takes it itself,
 /// except the `_locked` ones, which need it held. While it is held the only other lock taken is
-/// the queue's (DoubleBufferQueue::swap in swap_into_lanes_locked): dispatch -> queue is the one
-/// nesting of the scheduler. The atomics `lanes_count_`, `subtask_lane_count_` and
+/// the queue's (DoubleBufferQueue::swap in swap_into_lanes_locked, and scan_standby in the
+/// introspection scans scan() and oldest_queued()): dispatch -> queue is the one nesting of the
+/// scheduler. The atomics `lanes_count_`, `subtask_lane_count_` and
 /// `children_queued_` mirror sizes for lock-free readers (has_work, admission).
 class Dispatcher {
   public:

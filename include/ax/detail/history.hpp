@@ -18,8 +18,8 @@ namespace ax::detail {
 /// once nobody else holds it). Workers hand slots over in batches of Tuning::history_batch.
 ///
 /// Lock it owns: `mutex_` (the history spin lock) guards `ring_`, `head_` and `size_`. Taken by
-/// flush() (a worker per batch, the tick and cancel for single slots) and release_all(); never
-/// held with another lock.
+/// flush() (a worker per batch, the tick and cancel for single slots), release_all() and
+/// scan_newest() (list_tasks); never held with another lock.
 class History {
   public:
     /// A ring of `capacity` slots (0: a finished task is forgotten at once).
