@@ -403,7 +403,8 @@ inline void append_prometheus(std::string& out, const MetricsSnapshot& m,
 
     w.histogram("task_queue_wait_seconds",
                 "Time from admission (or a retry's re-queue) to the start of each attempt, in "
-                "seconds (empty with Config::latency_histograms off).",
+                "seconds; _count is the attempts started (empty with Config::latency_histograms "
+                "off).",
                 m.queue_wait);
     w.histogram("task_run_seconds",
                 "Run time of each finished attempt, in seconds (empty with "
