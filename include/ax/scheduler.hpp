@@ -312,7 +312,11 @@ class Scheduler {
 
     /// For each priority lane (index = Priority), the oldest queued task and its age, or
     /// nullopt when the lane is empty (subtasks are in a lane of their own and not included).
-    /// What MetricsSnapshot::oldest_queued_age reports, with the task named.
+    /// What MetricsSnapshot::oldest_queued_age reports, with the task named. Cheap: the head of
+    /// each lane, of each group's parking list and of the not yet dispatched arrivals, each walk
+    /// capped (detail::Dispatcher::oldest_scan_limit entries) so the dispatch lock is held
+    /// briefly; a lane whose queued tasks all sit deeper than that behind other lanes' arrivals
+    /// reads as empty until the dispatcher sorts them in.
     std::array<std::optional<TaskSummary>, priority_count> oldest_waiting() {
         return core_->oldest_waiting();
     }

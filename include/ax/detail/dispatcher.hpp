@@ -51,6 +51,9 @@ struct Reservation {
 class Dispatcher {
   public:
     static constexpr std::uint32_t none = UINT32_MAX;
+    /// Entries oldest_queued() reads at most per list it walks (a lane, a parking list, the
+    /// standby buffer).
+    static constexpr std::size_t oldest_scan_limit = 1024;
 
     /// Lanes with the ring's `weights` and the anti-starvation budget `max_wait_ns`; the swap
     /// buffer is reserved to `queue_capacity` so a swap never allocates.
@@ -304,8 +307,10 @@ class Dispatcher {
     /// the first queued entry of lane p, of each parking list, and, only for a lane with neither,
     /// of the standby buffer (newer than anything in the lanes). Under the dispatch lock (the
     /// queue's nested); it walks past tombstones and other lanes' tasks, so it costs a few reads
-    /// normally and at worst one read per queued task. Subtasks are not in the priority lanes and
-    /// not considered.
+    /// normally, and each walk stops after oldest_scan_limit entries, so a scrape never holds
+    /// the locks long (a lane whose only queued tasks lie deeper than that in one list is then
+    /// reported from the other candidates, or as empty). Subtasks are not in the priority lanes
+    /// and not considered.
     void oldest_queued(std::array<TaskId, priority_count>& ids,
                        std::array<std::int64_t, priority_count>& at) {
         SlabLinks links{&slab_};
@@ -332,7 +337,9 @@ class Dispatcher {
         std::lock_guard lock(mutex_);
         for (std::size_t p = 0; p < priority_count; ++p) {
             const auto& lane = lanes_.lane(static_cast<Priority>(p));
-            for (std::uint32_t i = lane.front(); i != none; i = links.next(i))
+            std::size_t walked = 0;
+            for (std::uint32_t i = lane.front(); i != none && walked < oldest_scan_limit;
+                 i = links.next(i), ++walked)
                 if (consider(i))
                     break;
         }
@@ -342,8 +349,10 @@ class Dispatcher {
                 continue;
             std::array<bool, priority_count> seen{};
             std::size_t seen_n = 0;
-            for (std::uint32_t i = gs->parked.front(); i != none && seen_n < priority_count;
-                 i = links.next(i)) {
+            std::size_t walked = 0;
+            for (std::uint32_t i = gs->parked.front();
+                 i != none && seen_n < priority_count && walked < oldest_scan_limit;
+                 i = links.next(i), ++walked) {
                 const auto p = static_cast<std::size_t>(slab_.at(i).priority);
                 if (!seen[p] && consider(i)) {
                     seen[p] = true;
@@ -354,10 +363,11 @@ class Dispatcher {
         if (found < priority_count) {
             // Lanes with no candidate yet: the first queued entry of the standby buffer (push
             // order).
+            std::size_t walked = 0;
             queue_.scan_standby([&](std::uint32_t i) {
                 if (index[static_cast<std::size_t>(slab_.at(i).priority)] == none)
                     consider(i);
-                return found < priority_count;
+                return found < priority_count && ++walked < oldest_scan_limit;
             });
         }
         for (std::size_t p = 0; p < priority_count; ++p)
