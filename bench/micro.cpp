@@ -10,6 +10,9 @@
 //   * idle submit-to-start p50 / p99: single submits 200 µs apart into an idle pool
 //   * post() throughput: one producer posting into a queue that one worker drains
 //   * memory per queued task, the queue's share included (one worker blocked, 100k tasks queued)
+//   * the cost of the latency histograms: 1M tiny tasks, one producer, the fixed pool with
+//     Config::latency_histograms on and off (section `hist`; the difference is printed below
+//     the table)
 // Each throughput row also reports CPU time per task and context switches per 1000 tasks
 // (getrusage over the round), which say where the time went when wall time alone is noise.
 //
@@ -66,7 +69,7 @@ struct Options {
     int latency_samples = 2000;
     std::chrono::microseconds latency_gap{200};
     std::uint64_t queued_tasks = 100'000;
-    std::string only; // comma-separated sections: e2e, e2e2, idle, post, mem (empty: all)
+    std::string only; // comma-separated sections: e2e, e2e2, hist, idle, post, mem (empty: all)
     std::string impl; // only cases whose implementation name contains this (empty: all)
     bool wants(const char* section) const {
         return only.empty() ||
@@ -186,8 +189,10 @@ template <class Submit> Sample e2e(std::uint64_t tasks, int producers, Submit&& 
     return s;
 }
 
-Sample e2e_ax_fixed(const Options& o, int producers) {
-    ax::Scheduler<> sched(fixed_config(o.workers));
+Sample e2e_ax_fixed(const Options& o, int producers, bool histograms = true) {
+    ax::Config cfg = fixed_config(o.workers);
+    cfg.latency_histograms = histograms;
+    ax::Scheduler<> sched(cfg);
     std::atomic<std::uint64_t> refused{0};
     auto s = e2e(o.tasks, producers, [&](Countdown& c, std::uint64_t n, int) {
         for (std::uint64_t i = 0; i < n; ++i) {
@@ -545,7 +550,7 @@ void print_table(const std::vector<Case>& cases, const Options& o) {
 
 int usage(const char* argv0) {
     std::printf("usage: %s [--reps N] [--tasks N] [--workers N] [--samples N] [--gap-us N]\n"
-                "          [--queued N] [--only e2e,e2e2,idle,post,mem] [--impl SUBSTRING]\n"
+                "          [--queued N] [--only e2e,e2e2,hist,idle,post,mem] [--impl SUBSTRING]\n"
                 "       %s --gbench [Google Benchmark flags]   component micro-benchmarks\n",
                 argv0, argv0);
     return 2;
@@ -655,6 +660,23 @@ int run_table(int argc, char** argv) {
                          {}});
 #endif
     }
+    const std::string hist_measure = "1M tiny tasks, 1 producer, latency histograms";
+    const std::string hist_on = "ax fixed pool, histograms on";
+    const std::string hist_off = "ax fixed pool, histograms off";
+    if (o.wants("hist")) {
+        cases.push_back({hist_measure,
+                         hist_on,
+                         true,
+                         Kind::throughput,
+                         [&o] { return e2e_ax_fixed(o, 1, true); },
+                         {}});
+        cases.push_back({hist_measure,
+                         hist_off,
+                         true,
+                         Kind::throughput,
+                         [&o] { return e2e_ax_fixed(o, 1, false); },
+                         {}});
+    }
     if (o.wants("idle")) {
         const std::string m = "idle submit-to-start p50";
         cases.push_back({m,
@@ -705,6 +727,29 @@ int run_table(int argc, char** argv) {
     all.insert(all.end(), std::make_move_iterator(memory.begin()),
                std::make_move_iterator(memory.end()));
     print_table(all, o);
+    // The histograms' cost: medians of the interleaved on / off rounds.
+    const auto find_case = [&](const std::string& impl) -> const Case* {
+        for (const Case& c : all)
+            if (c.measure == hist_measure && c.impl == impl && !c.samples.empty())
+                return &c;
+        return nullptr;
+    };
+    if (const Case* on = find_case(hist_on), *off = find_case(hist_off); on && off) {
+        const double m_on = med(*on, [](const Sample& s) { return s.value; });
+        const double m_off = med(*off, [](const Sample& s) { return s.value; });
+        const double c_on = med(*on, [](const Sample& s) { return s.cpu_ns; });
+        const double c_off = med(*off, [](const Sample& s) { return s.cpu_ns; });
+        // Each round ran both (in rotating order): the median of the per-round ratios is less
+        // sensitive to load that drifts between rounds than the ratio of the medians.
+        std::vector<double> ratios;
+        for (std::size_t r = 0; r < on->samples.size() && r < off->samples.size(); ++r)
+            ratios.push_back(on->samples[r].value / off->samples[r].value);
+        std::printf("\nlatency histograms: on %.2f M/s, off %.2f M/s (median of %d): throughput "
+                    "%+.1f %% with them on (median of per-round on/off ratios: %+.1f %%); CPU "
+                    "%.0f vs %.0f ns/task (%+.1f %%)\n",
+                    m_on, m_off, o.reps, (m_on / m_off - 1.0) * 100.0,
+                    (median(ratios) - 1.0) * 100.0, c_on, c_off, (c_on / c_off - 1.0) * 100.0);
+    }
     return 0;
 }
 

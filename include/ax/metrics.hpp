@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <bit>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -161,13 +162,112 @@ struct MetricsSnapshot {
 
 namespace detail {
 
+/// LatencyHistogram's bounds in nanoseconds, for the workers' bucket search (no floating point
+/// per observation).
+inline constexpr std::array<std::int64_t, LatencyHistogram::bound_count> latency_bounds_ns = [] {
+    std::array<std::int64_t, LatencyHistogram::bound_count> b{};
+    for (std::size_t i = 0; i < b.size(); ++i)
+        b[i] = static_cast<std::int64_t>(LatencyHistogram::upper_bounds_s[i] * 1e9 + 0.5);
+    return b;
+}();
+
+/// The bounds followed by a sentinel no observation exceeds, so the search needs no range check.
+inline constexpr std::array<std::int64_t, LatencyHistogram::bound_count + 1> latency_search_ns =
+    [] {
+        std::array<std::int64_t, LatencyHistogram::bound_count + 1> b{};
+        for (std::size_t i = 0; i < LatencyHistogram::bound_count; ++i)
+            b[i] = latency_bounds_ns[i];
+        b[LatencyHistogram::bound_count] = INT64_MAX;
+        return b;
+    }();
+
+/// For each bit width w of an observation (w = 1 + floor(log2 ns), 0 for 0), how many bounds
+/// lie below 2^(w-1), the smallest value of that width.
+inline constexpr std::array<std::uint8_t, 65> latency_bucket_by_width = [] {
+    std::array<std::uint8_t, 65> t{};
+    for (std::size_t w = 0; w < t.size(); ++w) {
+        const std::int64_t lo = w <= 1 ? static_cast<std::int64_t>(w) : std::int64_t{1} << (w - 1);
+        std::uint8_t n = 0;
+        while (n < LatencyHistogram::bound_count && (w == 64 || latency_bounds_ns[n] < lo))
+            ++n;
+        t[w] = n;
+    }
+    return t;
+}();
+
+/// Consecutive bounds are at least a factor 2 apart, so [2^(w-1), 2^w) holds at most one: the
+/// bucket search below needs one compare after the table.
+inline constexpr bool latency_bounds_double = [] {
+    for (std::size_t i = 1; i < LatencyHistogram::bound_count; ++i)
+        if (latency_bounds_ns[i] < 2 * latency_bounds_ns[i - 1])
+            return false;
+    return true;
+}();
+static_assert(latency_bounds_double, "latency_bucket needs bounds at least 2x apart");
+
+/// The bucket of an observation of `ns` nanoseconds (ns >= 0): the first bound >= ns
+/// (Prometheus' `le`), bound_count for +Inf. Branch-free: a table lookup by bit width and one
+/// compare.
+[[nodiscard]] inline std::size_t latency_bucket(std::int64_t ns) noexcept {
+    const auto u = static_cast<std::uint64_t>(std::max<std::int64_t>(ns, 0));
+    std::size_t i = latency_bucket_by_width[static_cast<std::size_t>(std::bit_width(u))];
+    i += static_cast<std::size_t>(latency_search_ns[i] < ns);
+    return i;
+}
+
+/// Adds one observation of `ns` nanoseconds (negative counts as 0) to a plain histogram.
+inline void observe(LatencyHistogram& h, std::int64_t ns) noexcept {
+    ns = std::max<std::int64_t>(ns, 0);
+    ++h.buckets[latency_bucket(ns)];
+    ++h.count;
+    h.sum_s += static_cast<double>(ns) / 1e9;
+}
+
+/// One worker's bucket counts of a latency histogram: written only by that worker (relaxed
+/// load + store, no read-modify-write, no shared cache line), read by metrics() while the worker
+/// runs. Its own cache lines.
+struct alignas(64) LatencyCounters {
+    /// First, so it shares a cache line with the lowest buckets (tiny tasks touch one line).
+    std::atomic<std::int64_t> sum_ns{0};
+    std::array<std::atomic<std::uint64_t>, LatencyHistogram::bound_count + 1> buckets{};
+
+    /// Counts one observation (single writer only).
+    void add(std::int64_t ns) noexcept {
+        ns = std::max<std::int64_t>(ns, 0);
+        auto& b = buckets[latency_bucket(ns)];
+        b.store(b.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+        sum_ns.store(sum_ns.load(std::memory_order_relaxed) + ns, std::memory_order_relaxed);
+    }
+    /// Adds these counts into `h` (any thread).
+    void add_to(LatencyHistogram& h) const noexcept {
+        for (std::size_t i = 0; i < buckets.size(); ++i) {
+            const auto n = buckets[i].load(std::memory_order_relaxed);
+            h.buckets[i] += n;
+            h.count += n;
+        }
+        h.sum_s += static_cast<double>(sum_ns.load(std::memory_order_relaxed)) / 1e9;
+    }
+};
+
+/// Adds histogram `from` into `to` (folding a leaving worker's counts, summing workers).
+inline void merge(LatencyHistogram& to, const LatencyHistogram& from) noexcept {
+    for (std::size_t i = 0; i < to.buckets.size(); ++i)
+        to.buckets[i] += from.buckets[i];
+    to.count += from.count;
+    to.sum_s += from.sum_s;
+}
+
 /// Per-worker counters: written only by their worker (relaxed stores, no shared cache line is
-/// bounced per task), summed by the maintenance tick.
+/// bounced per task), summed by the maintenance tick and metrics(). The latency histograms
+/// (Config::latency_histograms) have cache lines of their own.
 struct alignas(64) WorkerCounters {
     std::atomic<std::uint64_t> attempts_succeeded{0};
     std::atomic<std::uint64_t> attempts_failed{0};
     std::atomic<std::int64_t> busy_ns{0};
     std::atomic<bool> busy{false};
+    /// Queue wait of each attempt this worker started, run time of each it finished.
+    LatencyCounters queue_wait;
+    LatencyCounters run_time;
 
     void add_attempt(bool ok, std::int64_t duration_ns) noexcept {
         auto& c = ok ? attempts_succeeded : attempts_failed;

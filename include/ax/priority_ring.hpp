@@ -141,6 +141,10 @@ template <class Links> class PriorityLanes {
     }
     /// How often the anti-starvation budget overrode the ring.
     [[nodiscard]] std::uint64_t starvation_picks() const noexcept { return starvation_picks_; }
+    /// Lane `p`, front first (introspection walks it; dispatch order is pop's).
+    [[nodiscard]] const Fifo& lane(Priority p) const noexcept {
+        return lanes_[static_cast<std::size_t>(p)];
+    }
 
   private:
     PriorityRing ring_;

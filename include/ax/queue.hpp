@@ -112,6 +112,16 @@ class DoubleBufferQueue {
     [[nodiscard]] std::uint32_t capacity() const noexcept { return capacity_; }
     [[nodiscard]] std::uint32_t soft_limit() const noexcept { return soft_limit_; }
 
+    /// Introspection: calls f(index) for each slot in the standby buffer, oldest first, under
+    /// the queue lock, until f returns false. f must take no lock (it is called with the
+    /// dispatch lock held too: dispatch -> queue is the one nesting).
+    template <class F> void scan_standby(F&& f) {
+        std::lock_guard lock(mutex_);
+        for (const auto i : standby_)
+            if (!f(i))
+                return;
+    }
+
     /// Snapshot of the counters.
     [[nodiscard]] QueueCounters counters() {
         std::lock_guard lock(mutex_);

@@ -74,9 +74,22 @@ class RetryTimers {
         return heap_.size();
     }
 
+    /// Introspection: calls f(const Entry&) for each entry (heap order, tombstones included)
+    /// under the timers' lock, until f returns false. f must take no lock.
+    template <class F> void scan(F&& f) {
+        std::lock_guard lock(mutex_);
+        for (const Entry& e : heap_.entries())
+            if (!f(e))
+                return;
+    }
+
   private:
+    /// The heap, with its entries readable for scan().
+    struct Heap : std::priority_queue<Entry, std::vector<Entry>, std::greater<>> {
+        [[nodiscard]] const std::vector<Entry>& entries() const noexcept { return this->c; }
+    };
     std::mutex mutex_;
-    std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heap_;
+    Heap heap_;
 };
 
 /// Thread-safe source of jitter: a small PRNG behind the timers' own lock is cheap on the failure

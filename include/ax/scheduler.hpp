@@ -10,6 +10,7 @@
 #include "detail/conclude.hpp"
 #include "detail/core.hpp"
 #include "detail/hook_caller.hpp"
+#include "detail/introspect.hpp"
 #include "detail/runner.hpp"
 #include "detail/tick.hpp"
 #include "detail/watchdog.hpp"
@@ -23,7 +24,10 @@
 #include "task_context.hpp"
 #include "task_handle.hpp"
 
+#include <algorithm>
+#include <array>
 #include <chrono>
+#include <cstddef>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -62,6 +66,8 @@ MetricsSnapshot SchedulerCore<Clock, Controller>::metrics() {
     m.totals.refused_other = totals_.refused_other.load(std::memory_order_relaxed);
     std::int64_t busy_ns = 0;
     pool_.sum_counters(m.totals.attempts_succeeded, m.totals.attempts_failed, busy_ns);
+    if (cfg_.latency_histograms)
+        pool_.sum_latency(m.queue_wait, m.run_time);
     m.totals.succeeded = totals_.succeeded.load(std::memory_order_relaxed);
     m.totals.dead_lettered = totals_.dead_lettered.load(std::memory_order_relaxed);
     m.totals.cancelled = totals_.cancelled.load(std::memory_order_relaxed);
@@ -71,6 +77,16 @@ MetricsSnapshot SchedulerCore<Clock, Controller>::metrics() {
     m.totals.dead_letters_evicted = dead_letters_.evicted();
     m.dead_letters = static_cast<std::uint32_t>(dead_letters_.size());
     m.totals.starvation_picks = dispatcher_.starvation_picks();
+    {
+        std::array<TaskId, priority_count> oldest{};
+        std::array<std::int64_t, priority_count> at{};
+        dispatcher_.oldest_queued(oldest, at);
+        const std::int64_t now = now_ns();
+        for (std::size_t p = 0; p < priority_count; ++p)
+            if (oldest[p].valid())
+                m.oldest_queued_age[p] =
+                    std::chrono::nanoseconds(std::max<std::int64_t>(0, now - at[p]));
+    }
     telemetry_.fill(m, now_ns());
     const std::vector<std::string> names = registry_.names();
     for (std::size_t g = 1; g <= names.size(); ++g) {
@@ -273,6 +289,37 @@ class Scheduler {
 
     /// Queue, workers, the metrics window and totals since start.
     MetricsSnapshot metrics() { return core_->metrics(); }
+
+    /// Up to `limit` tasks now in `state` (ID, name, priority, age, attempts; limit 0: none),
+    /// gathered at call time from the store that owns that state, under its own lock, so
+    /// nothing is added to the hot paths:
+    /// - queued: the subtask lane, the high, normal and low lanes front to back, group parking
+    ///   lists, then the not yet dispatched arrivals (tasks a worker has already reserved, about
+    ///   to start, are not seen);
+    /// - running: the attempts the workers run now (a task whose worker is helping inside its
+    ///   wait is listed as the nested task the worker runs);
+    /// - waiting_retry: the retry timers; pending: the join table;
+    /// - succeeded, dead_lettered, cancelled: the bounded history (Config::history_capacity),
+    ///   newest first; a task that left it (query() answers nullopt) is not listed. Cancelled
+    ///   tasks not yet taken from where they waited (a lane, the retry timers, the join table)
+    ///   follow.
+    /// A task that changes state during the call may be missing. Cost: one pass over at most
+    /// that store's entries (for terminal states up to history_capacity, under the history
+    /// lock). Throws std::invalid_argument for a value that is not a TaskState.
+    std::vector<TaskSummary> list_tasks(TaskState state, std::size_t limit) {
+        return core_->list_tasks(state, limit);
+    }
+
+    /// For each priority lane (index = Priority), the oldest queued task and its age, or
+    /// nullopt when the lane is empty (subtasks are in a lane of their own and not included).
+    /// What MetricsSnapshot::oldest_queued_age reports, with the task named. Cheap: the head of
+    /// each lane, of each group's parking list and of the not yet dispatched arrivals, each walk
+    /// capped (detail::Dispatcher::oldest_scan_limit entries) so the dispatch lock is held
+    /// briefly; a lane whose queued tasks all sit deeper than that behind other lanes' arrivals
+    /// reads as empty until the dispatcher sorts them in.
+    std::array<std::optional<TaskSummary>, priority_count> oldest_waiting() {
+        return core_->oldest_waiting();
+    }
 
     /// Snapshot of the dead-letter list, oldest first: each task with every attempt's error.
     std::vector<DeadLetter<Clock>> dead_letters() { return core_->dead_letters(); }

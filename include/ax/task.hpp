@@ -150,6 +150,22 @@ template <class Clock = std::chrono::steady_clock> struct TaskInfo {
     std::string last_error_type;
 };
 
+/// One task as Scheduler::list_tasks() and oldest_waiting() report it: a small, clock-free
+/// summary (query() gives the full TaskInfo).
+struct TaskSummary {
+    TaskId id{};
+    /// SubmitOptions::name ("" if none).
+    std::string name;
+    Priority priority = Priority::normal;
+    /// The state it was listed in.
+    TaskState state = TaskState::queued;
+    /// Time since it was last queued: its admission, or the re-queue of its latest retry (what
+    /// TaskInfo::enqueued reports), measured on the scheduler's clock when listed.
+    std::chrono::nanoseconds age{0};
+    /// Attempts started so far.
+    std::uint32_t attempts = 0;
+};
+
 } // namespace ax
 
 template <> struct std::hash<ax::TaskId> {

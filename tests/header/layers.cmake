@@ -27,6 +27,6 @@ set(AX_HEADER_LAYERS
     detail/core.hpp=7
     # 8: services, filed by role
     detail/admission.hpp=8 detail/conclude.hpp=8 detail/runner.hpp=8 detail/tick.hpp=8
-    detail/watchdog.hpp=8
+    detail/watchdog.hpp=8 detail/introspect.hpp=8
     # 9: the facade
     scheduler.hpp=9)

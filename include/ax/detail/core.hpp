@@ -31,6 +31,7 @@
 #include "telemetry.hpp"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -54,8 +55,8 @@ namespace ax::detail {
 ///
 /// The class is declared here; its services are defined by role, one header each:
 /// admission.hpp (submit, post, replay), runner.hpp (the pool's Host: dispatch, run, helping
-/// waits), conclude.hpp (endings, retries, cancel), watchdog.hpp (timeouts, orphans) and
-/// tick.hpp (the maintenance thread); scheduler.hpp adds the reads and shutdown and includes
+/// waits), conclude.hpp (endings, retries, cancel), watchdog.hpp (timeouts, orphans),
+/// introspect.hpp (list_tasks, oldest_waiting) and tick.hpp (the maintenance thread); scheduler.hpp adds the reads and shutdown and includes
 /// them all. Scheduler owns the core through a shared_ptr.
 template <SchedulerClock Clock, ControllerPolicy Controller>
 class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Clock, Controller>>,
@@ -144,6 +145,9 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
         return info;
     }
     MetricsSnapshot metrics();
+    // introspect.hpp
+    std::vector<TaskSummary> list_tasks(TaskState state, std::size_t limit);
+    std::array<std::optional<TaskSummary>, priority_count> oldest_waiting();
     std::vector<DeadLetter<Clock>> dead_letters();
     bool discard_dead_letter(TaskId id);
     Expected<TaskId> replay_dead_letter(TaskId id);

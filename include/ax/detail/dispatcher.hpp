@@ -44,12 +44,16 @@ struct Reservation {
 /// Lock it owns: `mutex_` (the dispatch spin lock) guards `lanes_`, `batch_`, `pops_since_swap_`,
 /// `subtasks_` and every GroupState in `groups_`. Every member function below takes it itself,
 /// except the `_locked` ones, which need it held. While it is held the only other lock taken is
-/// the queue's (DoubleBufferQueue::swap in swap_into_lanes_locked): dispatch -> queue is the one
-/// nesting of the scheduler. The atomics `lanes_count_`, `subtask_lane_count_` and
+/// the queue's (DoubleBufferQueue::swap in swap_into_lanes_locked, and scan_standby in the
+/// introspection scans scan() and oldest_queued()): dispatch -> queue is the one nesting of the
+/// scheduler. The atomics `lanes_count_`, `subtask_lane_count_` and
 /// `children_queued_` mirror sizes for lock-free readers (has_work, admission).
 class Dispatcher {
   public:
     static constexpr std::uint32_t none = UINT32_MAX;
+    /// Entries oldest_queued() reads at most per list it walks (a lane, a parking list, the
+    /// standby buffer).
+    static constexpr std::size_t oldest_scan_limit = 1024;
 
     /// Lanes with the ring's `weights` and the anti-starvation budget `max_wait_ns`; the swap
     /// buffer is reserved to `queue_capacity` so a swap never allocates.
@@ -270,6 +274,106 @@ class Dispatcher {
                 while (!gs->parked.empty())
                     out.push_back(gs->parked.pop_front(links));
         lanes_count_.store(0, std::memory_order_seq_cst);
+    }
+
+    /// Introspection: calls f(index) for each task the dispatcher holds (the subtask lane, the
+    /// high, normal and low lanes front to back, every parking list), then for the queue's
+    /// standby buffer, until f returns false; under the dispatch lock with the queue's nested,
+    /// so no task moves between them meanwhile. Tombstones (cancelled while queued) are passed
+    /// too: f checks the state. Tasks workers reserved are not seen. f must take no lock.
+    template <class F> void scan(F&& f) {
+        SlabLinks links{&slab_};
+        std::lock_guard lock(mutex_);
+        const auto walk = [&](const IntrusiveFifo<SlabLinks>& q) {
+            for (std::uint32_t i = q.front(); i != none; i = links.next(i))
+                if (!f(i))
+                    return false;
+            return true;
+        };
+        if (!walk(subtasks_))
+            return;
+        for (std::size_t p = 0; p < priority_count; ++p)
+            if (!walk(lanes_.lane(static_cast<Priority>(p))))
+                return;
+        for (std::size_t g = 1; g <= Tuning::max_groups; ++g)
+            if (GroupState* gs = groups_.find(g); gs != nullptr && !walk(gs->parked))
+                return;
+        queue_.scan_standby(f);
+    }
+
+    /// The oldest queued task of each priority lane: `ids[p]` (invalid if the lane holds no
+    /// queued task; the generation is read under the lock, so a task that moves on meanwhile
+    /// fails to pin rather than aliasing a newer one) and its enqueue time `at[p]`. Candidates are
+    /// the first queued entry of lane p, of each parking list, and, only for a lane with neither,
+    /// of the standby buffer (newer than anything in the lanes). Under the dispatch lock (the
+    /// queue's nested); it walks past tombstones and other lanes' tasks, so it costs a few reads
+    /// normally, and each walk stops after oldest_scan_limit entries, so a scrape never holds
+    /// the locks long (a lane whose only queued tasks lie deeper than that in one list is then
+    /// reported from the other candidates, or as empty). Subtasks are not in the priority lanes
+    /// and not considered.
+    void oldest_queued(std::array<TaskId, priority_count>& ids,
+                       std::array<std::int64_t, priority_count>& at) {
+        SlabLinks links{&slab_};
+        std::array<std::uint32_t, priority_count> index{};
+        index.fill(none);
+        at.fill(0);
+        std::size_t found = 0;
+        const auto consider = [&](std::uint32_t i) {
+            const TaskRecord& r = slab_.at(i);
+            if (r.load_state() != TaskState::queued)
+                return false;
+            const auto p = static_cast<std::size_t>(r.priority);
+            const std::int64_t t = r.enqueue_ns.load(std::memory_order_relaxed);
+            if (index[p] == none) {
+                ++found;
+                index[p] = i;
+                at[p] = t;
+            } else if (t < at[p]) {
+                index[p] = i;
+                at[p] = t;
+            }
+            return true;
+        };
+        std::lock_guard lock(mutex_);
+        for (std::size_t p = 0; p < priority_count; ++p) {
+            const auto& lane = lanes_.lane(static_cast<Priority>(p));
+            std::size_t walked = 0;
+            for (std::uint32_t i = lane.front(); i != none && walked < oldest_scan_limit;
+                 i = links.next(i), ++walked)
+                if (consider(i))
+                    break;
+        }
+        for (std::size_t g = 1; g <= Tuning::max_groups; ++g) {
+            GroupState* gs = groups_.find(g);
+            if (gs == nullptr)
+                continue;
+            std::array<bool, priority_count> seen{};
+            std::size_t seen_n = 0;
+            std::size_t walked = 0;
+            for (std::uint32_t i = gs->parked.front();
+                 i != none && seen_n < priority_count && walked < oldest_scan_limit;
+                 i = links.next(i), ++walked) {
+                const auto p = static_cast<std::size_t>(slab_.at(i).priority);
+                if (!seen[p] && consider(i)) {
+                    seen[p] = true;
+                    ++seen_n;
+                }
+            }
+        }
+        if (found < priority_count) {
+            // Lanes with no candidate yet: the first queued entry of the standby buffer (push
+            // order).
+            std::size_t walked = 0;
+            queue_.scan_standby([&](std::uint32_t i) {
+                if (index[static_cast<std::size_t>(slab_.at(i).priority)] == none)
+                    consider(i);
+                return found < priority_count && ++walked < oldest_scan_limit;
+            });
+        }
+        for (std::size_t p = 0; p < priority_count; ++p)
+            ids[p] = index[p] == none ? TaskId{}
+                                      : TaskId::make(index[p], slab_.at(index[p]).generation.load(
+                                                                   std::memory_order_acquire));
     }
 
     /// How often the anti-starvation budget overrode the ring.

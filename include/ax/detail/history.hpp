@@ -18,8 +18,8 @@ namespace ax::detail {
 /// once nobody else holds it). Workers hand slots over in batches of Tuning::history_batch.
 ///
 /// Lock it owns: `mutex_` (the history spin lock) guards `ring_`, `head_` and `size_`. Taken by
-/// flush() (a worker per batch, the tick and cancel for single slots) and release_all(); never
-/// held with another lock.
+/// flush() (a worker per batch, the tick and cancel for single slots), release_all() and
+/// scan_newest() (list_tasks); never held with another lock.
 class History {
   public:
     /// A ring of `capacity` slots (0: a finished task is forgotten at once).
@@ -75,6 +75,15 @@ class History {
         for (std::size_t k = 0; k < size_; ++k)
             slab_.release(ring_[(head_ + k) % ring_.size()]);
         size_ = 0;
+    }
+
+    /// Introspection: calls f(index) for each finished slot held, newest first, under the
+    /// history lock, until f returns false. f must take no lock.
+    template <class F> void scan_newest(F&& f) {
+        std::lock_guard lock(mutex_);
+        for (std::size_t k = size_; k-- > 0;)
+            if (!f(ring_[(head_ + k) % ring_.size()]))
+                return;
     }
 
     /// Entries held now.

@@ -1,0 +1,156 @@
+// ax::pg — distributed mode on PostgreSQL. SPDX-License-Identifier: MIT
+#pragma once
+
+#include "../prometheus.hpp"
+#include "client.hpp"
+#include "node_options.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+/// The distributed mode's figures in the Prometheus text exposition, with the conventions of
+/// ax/prometheus.hpp (same PrometheusOptions: prefix, optional scheduler label; `_total`
+/// counters, seconds, HELP and TYPE per family), so they can be appended to the same /metrics
+/// body as the node's local scheduler:
+///
+///     std::string body = ax::to_prometheus(node_scheduler_metrics);
+///     ax::pg::append_prometheus(body, node.stats());      // this node: ax_pg_node_*{node}
+///     ax::pg::append_prometheus(body, client.status());   // the cluster: ax_pg_cluster_*
+///
+/// Families are prefixed `<prefix>_pg_`, so they never collide with the local scheduler's. A
+/// node's series carry `node="<node id>"` (one value per node: bounded); the cluster's carry a
+/// priority, a state or a node label, and `reason` for tasks no live node can take (one value per
+/// kind and tag set in use: bounded by the deployment, never by the tasks).
+namespace ax::pg {
+
+/// Appends one node's counters (Node::stats()): claim statements and batches, tasks claimed
+/// per priority, finished by outcome, handed back, reconnects, batches reclaimed from it and
+/// the tasks in them, payload checksum mismatches, the last batch's size and the tasks held.
+/// Per-node throughput is rate(<prefix>_pg_node_tasks_finished_total); the mean batch size is
+/// rate(..._tasks_claimed_total) / rate(..._claim_batches_total).
+inline void append_prometheus(std::string& out, const NodeStats& s,
+                              const PrometheusOptions& options = {}) {
+    std::string prefix(options.prefix);
+    prefix += prefix.empty() ? "pg" : "_pg";
+    const PrometheusOptions o{.prefix = prefix, .scheduler = options.scheduler};
+    ax::detail::PromWriter w(out, o);
+    const std::string node = std::to_string(s.node_id);
+    const auto one = [&](std::string_view name, std::string_view type, std::string_view help,
+                         auto value) {
+        w.begin(name, type, help);
+        w.sample({{"node", node}}, value);
+    };
+    one("node_claims_total", "counter", "Claim statements this node sent.", s.claims);
+    one("node_claim_batches_total", "counter", "Claim statements that returned tasks (batches).",
+        s.batches);
+    w.begin("node_tasks_claimed_total", "counter", "Tasks this node claimed, by priority.");
+    for (std::size_t p = 0; p < priority_count; ++p)
+        w.sample({{"node", node}, {"priority", to_string(static_cast<Priority>(p))}}, s.claimed[p]);
+    w.begin("node_tasks_finished_total", "counter",
+            "Claimed tasks this node finished, by outcome (failed: an attempt failed; the "
+            "database schedules its retry or dead-letters it).");
+    w.sample({{"node", node}, {"outcome", "succeeded"}}, s.succeeded);
+    w.sample({{"node", node}, {"outcome", "failed"}}, s.failed);
+    w.sample({{"node", node}, {"outcome", "cancelled"}}, s.cancelled);
+    one("node_tasks_released_total", "counter",
+        "Claimed tasks this node handed back unrun (stopping, or no room).", s.released);
+    one("node_reconnects_total", "counter", "Reconnects to the database after a lost connection.",
+        s.reconnects);
+    one("node_reclaimed_batches_total", "counter",
+        "Batches whose lease expired, reclaimed by this node's maintenance.", s.reclaimed_batches);
+    one("node_reclaimed_tasks_total", "counter", "Tasks in the batches this node reclaimed.",
+        s.reclaimed_tasks);
+    one("node_checksum_mismatches_total", "counter",
+        "Claimed tasks whose payload checksum did not match (not run).", s.checksum_mismatches);
+    one("node_last_batch_size", "gauge", "Tasks in the last batch this node claimed.",
+        s.last_batch);
+    one("node_tasks_held", "gauge", "Tasks claimed by this node and not yet finished.", s.depth);
+}
+
+/// Appends the cluster as the database sees it (Client::status()): live tasks by state and
+/// priority, dead letters and history, the oldest claimable task's age, tasks no live node can
+/// take (by reason and in all), each live node's lease time left and batches / tasks held, and
+/// the recovery counters since the schema was created.
+inline void append_prometheus(std::string& out, const Status& s,
+                              const PrometheusOptions& options = {}) {
+    std::string prefix(options.prefix);
+    prefix += prefix.empty() ? "pg" : "_pg";
+    const PrometheusOptions o{.prefix = prefix, .scheduler = options.scheduler};
+    ax::detail::PromWriter w(out, o);
+    const Counts& c = s.counts;
+    w.begin("cluster_tasks", "gauge",
+            "Live tasks in the database, by state (pending: claimable now; scheduled: waiting "
+            "for their run time or retry; claimed: held by a node) and priority.");
+    for (std::size_t p = 0; p < priority_count; ++p) {
+        const std::string_view prio = to_string(static_cast<Priority>(p));
+        w.sample({{"state", "pending"}, {"priority", prio}}, c.pending[p]);
+        w.sample({{"state", "scheduled"}, {"priority", prio}}, c.scheduled[p]);
+        w.sample({{"state", "claimed"}, {"priority", prio}}, c.claimed[p]);
+    }
+    w.single("cluster_dead_letters", "gauge", "Dead-lettered tasks in the database.",
+             c.dead_letters);
+    w.begin("cluster_history_tasks", "gauge",
+            "Finished tasks kept in the history (bounded by the retention), by outcome.");
+    w.sample({{"outcome", "succeeded"}}, c.succeeded);
+    w.sample({{"outcome", "cancelled"}}, c.cancelled);
+    w.sample({{"outcome", "discarded"}}, c.discarded);
+    w.single("cluster_oldest_pending_age_seconds", "gauge",
+             "Age of the oldest claimable task, in seconds (0: none).", s.oldest_pending_age_s);
+    w.single("cluster_unclaimable_tasks", "gauge",
+             "Claimable tasks no live node can take (kind not handled or tags not offered).",
+             s.unclaimable_total);
+    if (!s.unclaimable.empty()) {
+        w.begin("cluster_unclaimable_tasks_by_reason", "gauge",
+                "Claimable tasks no live node can take, by kind and tags (\"kind [tags]\").");
+        for (const auto& [reason, n] : s.unclaimable)
+            w.sample({{"reason", reason}}, n);
+    }
+    w.single("cluster_nodes", "gauge", "Nodes registered in the database.", s.nodes.size());
+    if (!s.nodes.empty()) {
+        std::vector<std::string> ids;
+        ids.reserve(s.nodes.size());
+        for (const NodeInfo& n : s.nodes)
+            ids.push_back(std::to_string(n.id));
+        const auto per_node = [&](std::string_view name, std::string_view help, auto value_of) {
+            w.begin(name, "gauge", help);
+            for (std::size_t i = 0; i < s.nodes.size(); ++i)
+                w.sample({{"node", ids[i]}}, value_of(s.nodes[i]));
+        };
+        per_node("cluster_node_lease_left_seconds",
+                 "Seconds left on a node's lease; negative once expired (maintenance then "
+                 "reclaims its batches).",
+                 [](const NodeInfo& n) { return n.lease_left_s; });
+        per_node("cluster_node_batches", "Claimed batches a node holds.",
+                 [](const NodeInfo& n) { return n.batches; });
+        per_node("cluster_node_tasks", "Claimed tasks a node holds.",
+                 [](const NodeInfo& n) { return n.tasks; });
+    }
+    w.single("cluster_reclaimed_batches_total", "counter",
+             "Batches reclaimed after their node's lease expired, since the schema was created.",
+             s.reclaimed_batches);
+    w.single("cluster_reclaimed_tasks_total", "counter",
+             "Tasks in reclaimed batches, since the schema was created.", s.reclaimed_tasks);
+    w.single("cluster_checksum_mismatches_total", "counter",
+             "Claimed tasks whose payload checksum did not match, since the schema was created.",
+             s.checksum_mismatches);
+}
+
+/// The node's exposition as a new string.
+[[nodiscard]] inline std::string to_prometheus(const NodeStats& s,
+                                               const PrometheusOptions& options = {}) {
+    std::string out;
+    append_prometheus(out, s, options);
+    return out;
+}
+
+/// The cluster's exposition as a new string.
+[[nodiscard]] inline std::string to_prometheus(const Status& s,
+                                               const PrometheusOptions& options = {}) {
+    std::string out;
+    append_prometheus(out, s, options);
+    return out;
+}
+
+} // namespace ax::pg
