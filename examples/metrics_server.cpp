@@ -145,7 +145,8 @@ void drive(ax::Scheduler<>& sched, ax::GroupId payments, const std::atomic<bool>
             }
         }
         // The payments group: limited to 2 at once; fails hard from 4 s to 12 s of each cycle.
-        for (int k = 0; k < 2; ++k, ++n) {
+        {
+            ++n;
             (void)sched.post(
                 [payments_failing](ax::TaskContext& ctx) {
                     nap(15ms, ctx);
