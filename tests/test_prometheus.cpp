@@ -9,11 +9,13 @@
 #include <ax/scheduler.hpp>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -147,7 +149,7 @@ Exposition check_syntax(const std::string& text) {
             } else {
                 std::string type;
                 in >> type;
-                REQUIRE((type == "counter" || type == "gauge"));
+                REQUIRE((type == "counter" || type == "gauge" || type == "histogram"));
                 REQUIRE(helped.count(name) == 1);
                 REQUIRE(e.types.emplace(name, type).second);
                 current = name;
@@ -156,7 +158,15 @@ Exposition check_syntax(const std::string& text) {
         }
         Sample s;
         REQUIRE(parse_sample(line, s));
-        REQUIRE(s.name == current); // samples follow their family's HELP and TYPE
+        // Samples follow their family's HELP and TYPE; a histogram's carry its suffixes.
+        if (e.types.count(current) != 0 && e.types.at(current) == "histogram") {
+            REQUIRE((s.name == current + "_bucket" || s.name == current + "_sum" ||
+                     s.name == current + "_count"));
+            REQUIRE((s.name == current + "_bucket") ==
+                    (s.labels.find("le=\"") != std::string::npos));
+        } else {
+            REQUIRE(s.name == current);
+        }
         const std::string key = s.name + "{" + s.labels + "}";
         REQUIRE(e.values.emplace(key, s.value).second); // no duplicate series
     }
@@ -170,6 +180,36 @@ Exposition check_syntax(const std::string& text) {
 
 std::string num(std::uint64_t v) {
     return std::to_string(v);
+}
+
+/// Checks histogram family `name` (prefix included): one `_bucket` per bound and +Inf, `le`
+/// ascending, cumulative counts, the +Inf bucket equal to `_count`; returns the cumulative
+/// bucket counts in bound order (+Inf last).
+std::vector<std::uint64_t> check_histogram(const std::string& text, const Exposition& e,
+                                           const std::string& name) {
+    REQUIRE(e.types.at(name) == "histogram");
+    std::vector<std::uint64_t> counts;
+    std::vector<double> les;
+    for (const std::string& line : lines_of(text)) {
+        Sample s;
+        if (line.empty() || line[0] == '#' || !parse_sample(line, s) || s.name != name + "_bucket")
+            continue;
+        const auto at = s.labels.find("le=\"");
+        REQUIRE(at != std::string::npos);
+        const auto end = s.labels.find('"', at + 4);
+        const std::string le = s.labels.substr(at + 4, end - at - 4);
+        les.push_back(le == "+Inf" ? std::numeric_limits<double>::infinity() : std::stod(le));
+        counts.push_back(std::stoull(s.value));
+    }
+    REQUIRE(counts.size() == ax::LatencyHistogram::bound_count + 1);
+    for (std::size_t i = 0; i < ax::LatencyHistogram::bound_count; ++i)
+        CHECK(les[i] == Approx(ax::LatencyHistogram::upper_bounds_s[i]));
+    CHECK(std::isinf(les.back()));
+    CHECK(std::is_sorted(les.begin(), les.end()));
+    CHECK(std::is_sorted(counts.begin(), counts.end()));
+    CHECK(e.values.at(name + "_count{}") == num(counts.back()));
+    CHECK(e.values.count(name + "_sum{}") == 1);
+    return counts;
 }
 
 } // namespace
@@ -247,6 +287,16 @@ TEST_CASE("Prometheus exposition of a real scheduler", "[prometheus]") {
         CHECK(v.at("ax_group_breaker_state{group=\"thumbs\",state=\"closed\"}") == "1");
         CHECK(v.at("ax_group_breaker_state{group=\"thumbs\",state=\"open\"}") == "0");
         CHECK(v.at("ax_group_active{group=\"thumbs\"}") == "0");
+        // Every attempt in both histograms; nothing queued, so no age.
+        const std::string attempts = num(m.totals.attempts_succeeded + m.totals.attempts_failed);
+        CHECK(check_histogram(text, e, "ax_task_run_seconds").back() == 6);
+        CHECK(check_histogram(text, e, "ax_task_queue_wait_seconds").back() == 6);
+        CHECK(v.at("ax_task_run_seconds_count{}") == attempts);
+        CHECK(std::stod(v.at("ax_task_run_seconds_sum{}")) == Approx(m.run_time.sum_s));
+        CHECK(v.at("ax_queue_oldest_age_seconds{priority=\"high\"}") == "0");
+        CHECK(v.at("ax_queue_oldest_age_seconds{priority=\"low\"}") == "0");
+        CHECK(v.at("ax_workers_orphaned_total{}") == num(m.workers.orphaned));
+        CHECK(v.at("ax_workers_orphans{}") == num(m.workers.orphans));
     }
 
     SECTION("a group name with a quote, a backslash and a newline is escaped") {
@@ -304,4 +354,93 @@ TEST_CASE("Prometheus label values: escaping and invalid bytes", "[prometheus]")
     CHECK(e.values.at("ax_drain_rate_per_second{}") == "0.25");
 
     ax_test::check_with_promtool(text);
+}
+
+TEST_CASE("Prometheus histograms, oldest ages and the controller from a hand-made snapshot",
+          "[prometheus]") {
+    ax::MetricsSnapshot m;
+    m.run_time.buckets[0] = 2;  // <= 10 us
+    m.run_time.buckets[8] = 3;  // (5 ms, 10 ms]
+    m.run_time.buckets[20] = 1; // > 60 s
+    m.run_time.count = 6;
+    m.run_time.sum_s = 61.5;
+    m.queue_wait.buckets[5] = 4; // (500 us, 1 ms]
+    m.queue_wait.count = 4;
+    m.queue_wait.sum_s = 0.003;
+    m.oldest_queued_age = {std::chrono::milliseconds(1500), std::chrono::nanoseconds(0),
+                           std::chrono::seconds(42)};
+    m.controller.policy = "adaptive";
+    m.controller.target = 12;
+    m.controller.reason = ax::ControllerReason::backlog;
+    m.controller.rounds = 40;
+    m.controller.changes = 7;
+    m.controller.direction_changes = 2;
+    m.controller.forecast_rate = 250.5;
+    m.controller.inputs.offered_rate = 300.25;
+    m.controller.inputs.cpu_share = 0.75;
+    m.controller.inputs.runqueue_share = 0.125;
+    m.controller.inputs.cores = 2;
+    const std::string text = ax::to_prometheus(m);
+    INFO(text);
+    const Exposition e = check_syntax(text);
+    const auto& v = e.values;
+
+    const auto run = check_histogram(text, e, "ax_task_run_seconds");
+    CHECK(run[0] == 2);
+    CHECK(run[7] == 2);
+    CHECK(run[8] == 5);
+    CHECK(run[19] == 5);
+    CHECK(run[20] == 6);
+    CHECK(v.at("ax_task_run_seconds_bucket{le=\"0.01\"}") == "5");
+    CHECK(v.at("ax_task_run_seconds_bucket{le=\"+Inf\"}") == "6");
+    CHECK(v.at("ax_task_run_seconds_count{}") == "6");
+    CHECK(v.at("ax_task_run_seconds_sum{}") == "61.5");
+    const auto wait = check_histogram(text, e, "ax_task_queue_wait_seconds");
+    CHECK(wait[4] == 0);
+    CHECK(wait[5] == 4);
+    CHECK(v.at("ax_task_queue_wait_seconds_bucket{le=\"0.001\"}") == "4");
+    CHECK(v.at("ax_task_queue_wait_seconds_count{}") == "4");
+    CHECK(std::stod(v.at("ax_task_queue_wait_seconds_sum{}")) == Approx(0.003));
+
+    CHECK(v.at("ax_queue_oldest_age_seconds{priority=\"high\"}") == "1.5");
+    CHECK(v.at("ax_queue_oldest_age_seconds{priority=\"normal\"}") == "0");
+    CHECK(v.at("ax_queue_oldest_age_seconds{priority=\"low\"}") == "42");
+
+    CHECK(v.at("ax_controller_info{policy=\"adaptive\"}") == "1");
+    CHECK(v.at("ax_controller_target_workers{}") == "12");
+    std::size_t ones = 0;
+    for (std::size_t r = 0; r < ax::controller_reason_count; ++r) {
+        const auto reason = static_cast<ax::ControllerReason>(r);
+        const std::string key = std::string("ax_controller_reason{reason=\"") +
+                                ax::controller_reason_name(reason) + "\"}";
+        INFO(key);
+        const std::string want = reason == ax::ControllerReason::backlog ? "1" : "0";
+        CHECK(v.at(key) == want);
+        ones += v.at(key) == "1" ? 1 : 0;
+    }
+    CHECK(ones == 1);
+    CHECK(v.at("ax_controller_rounds_total{}") == "40");
+    CHECK(v.at("ax_controller_changes_total{}") == "7");
+    CHECK(v.at("ax_controller_direction_changes_total{}") == "2");
+    CHECK(v.at("ax_controller_forecast_rate_per_second{}") == "250.5");
+    CHECK(v.at("ax_controller_offered_rate_per_second{}") == "300.25");
+    CHECK(v.at("ax_controller_cpu_share_ratio{}") == "0.75");
+    CHECK(v.at("ax_controller_runqueue_share_ratio{}") == "0.125");
+    CHECK(v.at("ax_controller_cores{}") == "2");
+
+    // The scheduler label reaches the histogram series too.
+    const std::string labelled = ax::to_prometheus(m, {.prefix = "ax", .scheduler = "a"});
+    const Exposition l = check_syntax(labelled);
+    CHECK(l.values.at("ax_task_run_seconds_bucket{scheduler=\"a\",le=\"+Inf\"}") == "6");
+    CHECK(l.values.at("ax_task_run_seconds_count{scheduler=\"a\"}") == "6");
+
+    // No policy name yet (the controller never ran): no info series, the rest still there.
+    ax::MetricsSnapshot empty;
+    const Exposition n = check_syntax(ax::to_prometheus(empty));
+    CHECK(n.types.count("ax_controller_info") == 0);
+    CHECK(n.values.at("ax_controller_reason{reason=\"none\"}") == "1");
+    CHECK(n.values.at("ax_task_run_seconds_bucket{le=\"+Inf\"}") == "0");
+
+    ax_test::check_with_promtool(text);
+    ax_test::check_with_promtool(labelled);
 }

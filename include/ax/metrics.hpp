@@ -161,13 +161,81 @@ struct MetricsSnapshot {
 
 namespace detail {
 
+/// LatencyHistogram's bounds in nanoseconds, for the workers' bucket search (no floating point
+/// per observation).
+inline constexpr std::array<std::int64_t, LatencyHistogram::bound_count> latency_bounds_ns = [] {
+    std::array<std::int64_t, LatencyHistogram::bound_count> b{};
+    for (std::size_t i = 0; i < b.size(); ++i)
+        b[i] = static_cast<std::int64_t>(LatencyHistogram::upper_bounds_s[i] * 1e9 + 0.5);
+    return b;
+}();
+
+/// The bucket of an observation of `ns` nanoseconds: the first bound >= ns (Prometheus' `le`),
+/// bound_count for +Inf. A fixed five-step binary search (branch-light; compilers use cmov).
+[[nodiscard]] inline std::size_t latency_bucket(std::int64_t ns) noexcept {
+    // Positions 0..bound_count; the search narrows [lo, lo + len) to one position.
+    std::size_t lo = 0;
+    std::size_t len = LatencyHistogram::bound_count + 1;
+    while (len > 1) {
+        const std::size_t half = len / 2;
+        lo = latency_bounds_ns[lo + half - 1] < ns ? lo + half : lo;
+        len -= half;
+    }
+    return lo;
+}
+
+/// Adds one observation of `ns` nanoseconds (negative counts as 0) to a plain histogram.
+inline void observe(LatencyHistogram& h, std::int64_t ns) noexcept {
+    ns = std::max<std::int64_t>(ns, 0);
+    ++h.buckets[latency_bucket(ns)];
+    ++h.count;
+    h.sum_s += static_cast<double>(ns) / 1e9;
+}
+
+/// One worker's bucket counts of a latency histogram: written only by that worker (relaxed
+/// load + store, no read-modify-write, no shared cache line), read by metrics() while the worker
+/// runs. Its own cache lines.
+struct alignas(64) LatencyCounters {
+    std::array<std::atomic<std::uint64_t>, LatencyHistogram::bound_count + 1> buckets{};
+    std::atomic<std::int64_t> sum_ns{0};
+
+    /// Counts one observation (single writer only).
+    void add(std::int64_t ns) noexcept {
+        ns = std::max<std::int64_t>(ns, 0);
+        auto& b = buckets[latency_bucket(ns)];
+        b.store(b.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+        sum_ns.store(sum_ns.load(std::memory_order_relaxed) + ns, std::memory_order_relaxed);
+    }
+    /// Adds these counts into `h` (any thread).
+    void add_to(LatencyHistogram& h) const noexcept {
+        for (std::size_t i = 0; i < buckets.size(); ++i) {
+            const auto n = buckets[i].load(std::memory_order_relaxed);
+            h.buckets[i] += n;
+            h.count += n;
+        }
+        h.sum_s += static_cast<double>(sum_ns.load(std::memory_order_relaxed)) / 1e9;
+    }
+};
+
+/// Adds histogram `from` into `to` (folding a leaving worker's counts, summing workers).
+inline void merge(LatencyHistogram& to, const LatencyHistogram& from) noexcept {
+    for (std::size_t i = 0; i < to.buckets.size(); ++i)
+        to.buckets[i] += from.buckets[i];
+    to.count += from.count;
+    to.sum_s += from.sum_s;
+}
+
 /// Per-worker counters: written only by their worker (relaxed stores, no shared cache line is
-/// bounced per task), summed by the maintenance tick.
+/// bounced per task), summed by the maintenance tick and metrics(). The latency histograms
+/// (Config::latency_histograms) have cache lines of their own.
 struct alignas(64) WorkerCounters {
     std::atomic<std::uint64_t> attempts_succeeded{0};
     std::atomic<std::uint64_t> attempts_failed{0};
     std::atomic<std::int64_t> busy_ns{0};
     std::atomic<bool> busy{false};
+    /// Queue wait of each attempt this worker started, run time of each it finished.
+    LatencyCounters queue_wait;
+    LatencyCounters run_time;
 
     void add_attempt(bool ok, std::int64_t duration_ns) noexcept {
         auto& c = ok ? attempts_succeeded : attempts_failed;

@@ -1,6 +1,7 @@
 // ax — Adaptive eXchange Scheduler. SPDX-License-Identifier: MIT
 #pragma once
 
+#include "controller.hpp"
 #include "groups.hpp"
 #include "metrics.hpp"
 #include "task.hpp"
@@ -146,7 +147,7 @@ class PromWriter {
   public:
     PromWriter(std::string& out, const PrometheusOptions& o) : out_(out), opt_(o) {}
 
-    /// Starts family `name` (without prefix) of `type` ("counter" / "gauge").
+    /// Starts family `name` (without prefix) of `type` ("counter" / "gauge" / "histogram").
     void begin(std::string_view name, std::string_view type, std::string_view help) {
         name_ = name;
         out_ += "# HELP ";
@@ -169,7 +170,16 @@ class PromWriter {
 
     /// One sample of the current family.
     template <class V> void sample(std::initializer_list<PromLabel> labels, V value) {
+        sample_suffixed({}, labels, value);
+    }
+
+    /// One sample of the current family whose name has `suffix` appended (a histogram's
+    /// `_bucket`, `_sum`, `_count`).
+    template <class V>
+    void sample_suffixed(std::string_view suffix, std::initializer_list<PromLabel> labels,
+                         V value) {
         append_name();
+        out_ += suffix;
         const bool any = !opt_.scheduler.empty() || labels.size() != 0;
         if (any) {
             out_ += '{';
@@ -195,6 +205,26 @@ class PromWriter {
         else
             prom_append_value(out_, static_cast<std::uint64_t>(value));
         out_ += '\n';
+    }
+
+    /// A histogram family: cumulative `_bucket{le}` samples (the bounds, then +Inf), `_sum`
+    /// and `_count`.
+    void histogram(std::string_view name, std::string_view help, const LatencyHistogram& h) {
+        begin(name, "histogram", help);
+        std::uint64_t cumulative = 0;
+        std::string le;
+        for (std::size_t i = 0; i <= LatencyHistogram::bound_count; ++i) {
+            cumulative += h.buckets[i];
+            le.clear();
+            if (i < LatencyHistogram::bound_count)
+                prom_append_value(le, LatencyHistogram::upper_bounds_s[i]);
+            else
+                le = "+Inf";
+            sample_suffixed("_bucket", {{"le", le}}, cumulative);
+        }
+        sample_suffixed("_sum", {}, h.sum_s);
+        // The buckets, not h.count: the +Inf bucket and _count must agree.
+        sample_suffixed("_count", {}, cumulative);
     }
 
     /// A family with one unlabelled sample.
@@ -270,10 +300,15 @@ inline std::vector<std::string> prom_group_labels(const std::vector<GroupSnapsho
 /// `ax_orphans_refused_total`, `ax_workers_created_total`, `ax_workers_orphaned_total`,
 /// `ax_hook_failures_total`, `ax_dead_letters_evicted_total`, `ax_starvation_picks_total`,
 /// `ax_destructor_exceptions_total`; gauges for the queue (`ax_queue_length{priority}`,
-/// capacity, waiting retries, subtasks, joins, dead letters), the workers (current, target, busy,
-/// idle, peak, orphans), the window (rates, mean attempt duration in seconds, CPU ratio) and
-/// per group (`ax_group_limit{group}`, active, waiting, breaker enabled / state / recent
-/// attempts and failures).
+/// `ax_queue_oldest_age_seconds{priority}`, capacity, waiting retries, subtasks, joins, dead
+/// letters), the workers (current, target, busy, idle, peak, orphans), the window (rates, mean
+/// attempt duration in seconds, CPU ratio); histograms `ax_task_queue_wait_seconds` and
+/// `ax_task_run_seconds` (MetricsSnapshot::queue_wait / run_time); the controller
+/// (`ax_controller_info{policy}`, `ax_controller_target_workers`, `ax_controller_reason{reason}`
+/// as a state set: 1 for the last decision's reason, 0 for every other, its rounds / changes /
+/// direction changes counters, forecast rate and last inputs); and per group
+/// (`ax_group_limit{group}`, active, waiting, breaker enabled / state / recent attempts and
+/// failures).
 inline void append_prometheus(std::string& out, const MetricsSnapshot& m,
                               const PrometheusOptions& options = {}) {
     detail::PromWriter w(out, options);
@@ -327,6 +362,11 @@ inline void append_prometheus(std::string& out, const MetricsSnapshot& m,
     w.begin("queue_length", gauge, "Tasks queued, by priority lane.");
     for (std::size_t p = 0; p < priority_count; ++p)
         w.sample({{"priority", to_string(static_cast<Priority>(p))}}, m.queue_length[p]);
+    w.begin("queue_oldest_age_seconds", gauge,
+            "Age of the oldest task queued in each priority lane, in seconds (0: none queued).");
+    for (std::size_t p = 0; p < priority_count; ++p)
+        w.sample({{"priority", to_string(static_cast<Priority>(p))}},
+                 std::chrono::duration<double>(m.oldest_queued_age[p]).count());
     w.single("queue_capacity", gauge, "Capacity of the priority queue (all lanes).",
              m.queue_capacity);
     w.single("tasks_waiting_retry", gauge, "Tasks waiting for their retry.", m.waiting_retry);
@@ -360,6 +400,50 @@ inline void append_prometheus(std::string& out, const MetricsSnapshot& m,
              "Largest sampled queue length over the sliding window.", queue_max);
     w.single("cpu_utilization_ratio", gauge, "Share of all cores the process used recently (0..1).",
              m.cpu_utilization);
+
+    w.histogram("task_queue_wait_seconds",
+                "Time from admission (or a retry's re-queue) to the start of each attempt, in "
+                "seconds (empty with Config::latency_histograms off).",
+                m.queue_wait);
+    w.histogram("task_run_seconds",
+                "Run time of each finished attempt, in seconds (empty with "
+                "Config::latency_histograms off).",
+                m.run_time);
+
+    const ControllerStats& c = m.controller;
+    if (!c.policy.empty()) {
+        w.begin("controller_info", gauge, "The concurrency controller policy in use (always 1).");
+        w.sample({{"policy", c.policy}}, 1U);
+    }
+    w.single("controller_target_workers", gauge, "The worker target the controller set last.",
+             c.target);
+    w.begin("controller_reason", gauge,
+            "Why the controller set its target: 1 for the last decision's reason, 0 for the "
+            "others.");
+    for (std::size_t r = 0; r < controller_reason_count; ++r) {
+        const auto reason = static_cast<ControllerReason>(r);
+        w.sample({{"reason", controller_reason_name(reason)}}, c.reason == reason ? 1U : 0U);
+    }
+    w.single("controller_rounds_total", counter, "Controller rounds run since start.", c.rounds);
+    w.single("controller_changes_total", counter,
+             "Controller rounds that changed the worker target since start.", c.changes);
+    w.single("controller_direction_changes_total", counter,
+             "Target changes that reversed the direction of the previous change since start.",
+             c.direction_changes);
+    w.single("controller_forecast_rate_per_second", gauge,
+             "Arrivals per second the forecaster expects over the next round (0 without one).",
+             c.forecast_rate);
+    w.single("controller_offered_rate_per_second", gauge,
+             "Submits per second, refused ones included, at the controller's last round.",
+             c.inputs.offered_rate);
+    w.single("controller_cpu_share_ratio", gauge,
+             "Share of the workers' busy time spent on a CPU at the last round (0..1).",
+             c.inputs.cpu_share);
+    w.single("controller_runqueue_share_ratio", gauge,
+             "Share of the workers' busy time spent waiting for a CPU at the last round (0..1).",
+             c.inputs.runqueue_share);
+    w.single("controller_cores", gauge, "Cores the process may run on, as the controller saw.",
+             c.inputs.cores);
 
     if (m.groups.empty())
         return;

@@ -62,6 +62,8 @@ MetricsSnapshot SchedulerCore<Clock, Controller>::metrics() {
     m.totals.refused_other = totals_.refused_other.load(std::memory_order_relaxed);
     std::int64_t busy_ns = 0;
     pool_.sum_counters(m.totals.attempts_succeeded, m.totals.attempts_failed, busy_ns);
+    if (cfg_.latency_histograms)
+        pool_.sum_latency(m.queue_wait, m.run_time);
     m.totals.succeeded = totals_.succeeded.load(std::memory_order_relaxed);
     m.totals.dead_lettered = totals_.dead_lettered.load(std::memory_order_relaxed);
     m.totals.cancelled = totals_.cancelled.load(std::memory_order_relaxed);

@@ -54,9 +54,9 @@ concept PoolHost = std::default_initializable<typename H::WorkerLocal> &&
 /// pool is given (detail/notifier.hpp), which producers use to wake them without naming the pool.
 ///
 /// Lock it owns: `mutex_` (the pool mutex) guards `workers_`, `orphans_` and the retired
-/// counters. Taken by the tick (grow, reap, the watchdog's scan through for_each), metrics() and
-/// shutdown. Functions that run a caller's callback under it (for_each) say so; the callback
-/// must take no other lock but a record's extras flag.
+/// counters and histograms. Taken by the tick (grow, reap, the watchdog's scan through for_each),
+/// metrics() and shutdown. Functions that run a caller's callback under it (for_each) say so; the
+/// callback must take no other lock but a record's extras flag.
 template <class Host> class WorkerPool {
   public:
     /// One worker thread and what it alone writes.
@@ -131,6 +131,7 @@ template <class Host> class WorkerPool {
                 retired_succeeded_ += (*j)->counters.attempts_succeeded.load();
                 retired_failed_ += (*j)->counters.attempts_failed.load();
                 retired_busy_ns_ += (*j)->counters.busy_ns.load();
+                retire_latency_locked((*j)->counters);
                 dead.push_back(std::move(*j));
             }
             workers_.erase(it, workers_.end());
@@ -163,6 +164,7 @@ template <class Host> class WorkerPool {
             retired_succeeded_ += w->counters.attempts_succeeded.load();
             retired_failed_ += w->counters.attempts_failed.load();
             retired_busy_ns_ += w->counters.busy_ns.load();
+            retire_latency_locked(w->counters);
         }
     }
 
@@ -181,10 +183,13 @@ template <class Host> class WorkerPool {
         return true;
     }
 
-    /// A failed attempt ended by someone other than its worker (a takeover).
-    void add_failed_attempt() {
+    /// A failed attempt ended by someone other than its worker (a takeover), which ran for
+    /// `run_ns` (counted in the run-time histogram unless negative: histograms off).
+    void add_failed_attempt(std::int64_t run_ns = -1) {
         std::lock_guard lock(mutex_);
         ++retired_failed_;
+        if (run_ns >= 0)
+            observe(retired_run_time_, run_ns);
     }
 
     /// Orphans still stuck now, orphans ever, refusals because of the cap.
@@ -279,6 +284,18 @@ template <class Host> class WorkerPool {
         }
     }
 
+    /// Adds the latency histograms of every worker, live and retired, into `queue_wait` and
+    /// `run_time`.
+    void sum_latency(LatencyHistogram& queue_wait, LatencyHistogram& run_time) {
+        std::lock_guard lock(mutex_);
+        merge(queue_wait, retired_queue_wait_);
+        merge(run_time, retired_run_time_);
+        for (const auto& w : workers_) {
+            w->counters.queue_wait.add_to(queue_wait);
+            w->counters.run_time.add_to(run_time);
+        }
+    }
+
     [[nodiscard]] WorkerStats stats() {
         WorkerStats s;
         s.current = live_.load(std::memory_order_acquire);
@@ -300,6 +317,12 @@ template <class Host> class WorkerPool {
     }
 
   private:
+    /// Folds a leaving worker's histograms into the retired ones. Needs mutex_.
+    void retire_latency_locked(const WorkerCounters& c) noexcept {
+        c.queue_wait.add_to(retired_queue_wait_);
+        c.run_time.add_to(retired_run_time_);
+    }
+
     void spawn(std::uint32_t n) {
         std::lock_guard lock(mutex_);
         if (stopping_.load(std::memory_order_acquire))
@@ -386,6 +409,8 @@ template <class Host> class WorkerPool {
     std::uint64_t retired_succeeded_ = 0;
     std::uint64_t retired_failed_ = 0;
     std::int64_t retired_busy_ns_ = 0;
+    LatencyHistogram retired_queue_wait_;
+    LatencyHistogram retired_run_time_;
     alignas(64) std::atomic<std::uint32_t> live_{0};
     std::atomic<std::uint32_t> target_{0};
     std::atomic<std::uint32_t> peak_{0};

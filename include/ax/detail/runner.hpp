@@ -160,6 +160,9 @@ void SchedulerCore<Clock, Controller>::execute(std::uint32_t index, Worker& w, s
     r.attempts.store(static_cast<std::uint8_t>(attempt), std::memory_order_relaxed);
     r.start_ns.store(start, std::memory_order_relaxed);
     r.mark_ns.store(start, std::memory_order_relaxed);
+    const bool histograms = cfg_.latency_histograms;
+    if (histograms) // queue wait since admission or the retry's re-queue; start is reused
+        w.counters.queue_wait.add(start - r.enqueue_ns.load(std::memory_order_relaxed));
     const TaskId id = TaskId::make(index, r.generation.load(std::memory_order_relaxed));
     Attempt a;
     a.claim = &w.current;
@@ -182,6 +185,8 @@ void SchedulerCore<Clock, Controller>::execute(std::uint32_t index, Worker& w, s
         return;
     }
     w.counters.add_attempt(error == nullptr, end - start);
+    if (histograms)
+        w.counters.run_time.add(end - start);
     if (a.destructor_error)
         note_destructor_error(r, a.destructor_error);
 

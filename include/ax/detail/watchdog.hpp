@@ -127,7 +127,8 @@ void SchedulerCore<Clock, Controller>::orphan(TaskRecord& r, const Overdue& o, s
     r.manager(ManagerOp::adopt, r, copy);
     r.refs.fetch_add(1, std::memory_order_relaxed);
     totals_.takeovers.fetch_add(1, std::memory_order_relaxed);
-    pool_.add_failed_attempt();
+    pool_.add_failed_attempt(
+        cfg_.latency_histograms ? now - r.start_ns.load(std::memory_order_relaxed) : -1);
     const std::uint32_t attempt = r.attempts.load(std::memory_order_relaxed);
     const auto s = r.state.load(std::memory_order_acquire);
     if (r.group != 0 && (s & cancel_requested_bit) == 0)
