@@ -15,14 +15,17 @@
 // dead letters, one stuck task per cycle (at 2 s) that the watchdog times out, and a "payments"
 // group limited to 2 concurrent tasks whose circuit breaker opens while the group fails (from 4 s
 // to 12 s of each cycle) and closes again once it recovers.
+#include <algorithm>
 #include <atomic>
 #include <ax/http/event_log.hpp>
 #include <ax/http/metrics_server.hpp>
 #include <ax/scheduler.hpp>
+#include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
