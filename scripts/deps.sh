@@ -12,8 +12,11 @@ packages=(
     libpq-dev postgresql
     # ax::http (cpp-httplib, found through pkg-config)
     libcpp-httplib-dev pkg-config
-    # nlohmann-json (parses the Prometheus API answers in test_prometheus_scrape)
+    # nlohmann-json: ax::http's JSON snapshot and event log (and the Prometheus API answers the
+    # scrape test parses)
     nlohmann-json3-dev
+    # headless Chromium: test_dashboard loads the live dashboard page and takes its screenshot
+    chromium
     # promtool (checks the exposition format) and the Prometheus server the http tests scrape with
     prometheus
     "$@"

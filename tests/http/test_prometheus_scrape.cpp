@@ -6,8 +6,13 @@
 // the target's health "up". The child is always stopped (SIGTERM, then SIGKILL after 5 s) and
 // reaped, and its temp dir removed, also when a check fails.
 //
+// A second case scrapes the running examples/metrics_server (a child process): its
+// ax_tasks_succeeded_total rises between scrapes, and
+// histogram_quantile(0.5, rate(ax_task_run_seconds_bucket[5s])) answers a number.
+//
 // Without a prometheus binary (/usr/bin/prometheus or on PATH) the test fails and says to run
 // scripts/deps.sh; AX_SKIP_PROMETHEUS=1 turns that into a warning and a skip.
+#include "process_support.hpp"
 #include "test_support.hpp"
 
 #include <arpa/inet.h>
@@ -17,6 +22,7 @@
 #include <catch2/catch.hpp>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
@@ -39,152 +45,16 @@
 #include <unistd.h>
 #include <vector>
 
-extern char** environ;
-
 namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
-
-/// The prometheus server binary: /usr/bin/prometheus, else the first `prometheus` on PATH, else
-/// empty.
-std::string find_prometheus() {
-    const auto executable = [](const fs::path& p) {
-        std::error_code ec;
-        return fs::is_regular_file(p, ec) && ::access(p.c_str(), X_OK) == 0;
-    };
-    if (executable("/usr/bin/prometheus"))
-        return "/usr/bin/prometheus";
-    const char* path = std::getenv("PATH");
-    if (path == nullptr)
-        return "";
-    std::istringstream dirs(path);
-    std::string dir;
-    while (std::getline(dirs, dir, ':')) {
-        if (dir.empty())
-            continue;
-        const fs::path candidate = fs::path(dir) / "prometheus";
-        if (executable(candidate))
-            return candidate.string();
-    }
-    return "";
-}
-
-/// A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0, then closed).
-int free_loopback_port() {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0)
-        throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = 0;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(addr);
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-        const std::string err = std::strerror(errno);
-        ::close(fd);
-        throw std::runtime_error("bind/getsockname 127.0.0.1:0: " + err);
-    }
-    ::close(fd);
-    return ntohs(addr.sin_port);
-}
-
-/// A fresh directory under the system temp dir, removed (recursively) on destruction.
-class TempDir {
-  public:
-    TempDir() {
-        std::string tmpl = (fs::temp_directory_path() / "ax_prom_XXXXXX").string();
-        if (::mkdtemp(tmpl.data()) == nullptr)
-            throw std::runtime_error("mkdtemp " + tmpl + ": " + std::strerror(errno));
-        path_ = tmpl;
-    }
-    TempDir(const TempDir&) = delete;
-    TempDir& operator=(const TempDir&) = delete;
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path_, ec);
-    }
-    [[nodiscard]] const fs::path& path() const noexcept { return path_; }
-
-  private:
-    fs::path path_;
-};
-
-/// A child process started with posix_spawn, stdout and stderr to `log`; stopped (SIGTERM, then
-/// SIGKILL after 5 s) and reaped on destruction.
-class ChildProcess {
-  public:
-    ChildProcess(const std::vector<std::string>& argv, const fs::path& log) {
-        std::vector<char*> args;
-        for (const auto& a : argv)
-            args.push_back(const_cast<char*>(a.c_str()));
-        args.push_back(nullptr);
-        posix_spawn_file_actions_t actions;
-        posix_spawn_file_actions_init(&actions);
-        posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(),
-                                         O_WRONLY | O_CREAT | O_APPEND, 0644);
-        posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
-        posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-        const int rc = ::posix_spawn(&pid_, args[0], &actions, nullptr, args.data(), environ);
-        posix_spawn_file_actions_destroy(&actions);
-        if (rc != 0)
-            throw std::runtime_error("posix_spawn " + argv[0] + ": " + std::strerror(rc));
-    }
-    ChildProcess(const ChildProcess&) = delete;
-    ChildProcess& operator=(const ChildProcess&) = delete;
-    ~ChildProcess() { stop(); }
-
-    /// Whether the child has exited (reaps it if so); `status` gets its wait status.
-    bool exited(int& status) {
-        if (pid_ <= 0)
-            return true;
-        const pid_t r = ::waitpid(pid_, &status, WNOHANG);
-        if (r == pid_ || (r < 0 && errno == ECHILD)) {
-            pid_ = -1;
-            return true;
-        }
-        return false;
-    }
-
-    void stop() noexcept {
-        if (pid_ <= 0)
-            return;
-        ::kill(pid_, SIGTERM);
-        int status = 0;
-        const auto deadline = std::chrono::steady_clock::now() + 5s;
-        while (std::chrono::steady_clock::now() < deadline) {
-            const pid_t r = ::waitpid(pid_, &status, WNOHANG);
-            if (r == pid_ || (r < 0 && errno != EINTR)) {
-                pid_ = -1;
-                return;
-            }
-            std::this_thread::sleep_for(50ms);
-        }
-        ::kill(pid_, SIGKILL);
-        while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
-        }
-        pid_ = -1;
-    }
-
-  private:
-    pid_t pid_ = -1;
-};
-
-std::string read_file(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
-
-std::string describe_status(int status) {
-    if (WIFEXITED(status))
-        return "exit status " + std::to_string(WEXITSTATUS(status));
-    if (WIFSIGNALED(status))
-        return "signal " + std::to_string(WTERMSIG(status));
-    return "wait status " + std::to_string(status);
-}
+using ax_test::ChildProcess;
+using ax_test::describe_status;
+using ax_test::find_prometheus;
+using ax_test::free_loopback_port;
+using ax_test::read_file;
+using ax_test::TempDir;
 
 /// GET `path` from the Prometheus API and parse it as JSON; nullopt on any failure.
 std::optional<nlohmann::json> get_json(httplib::Client& client, const std::string& path) {
@@ -197,10 +67,30 @@ std::optional<nlohmann::json> get_json(httplib::Client& client, const std::strin
     return j;
 }
 
-/// The value of `metric` for job "ax" (and scheduler "thumbs") in an instant query's result, or
-/// "" if the query failed or has no such series yet.
-std::string query_value(httplib::Client& client, const std::string& metric) {
-    const auto j = get_json(client, "/api/v1/query?query=" + metric);
+/// `s` percent-encoded for a URL query parameter (everything but unreserved characters).
+std::string url_encode(const std::string& s) {
+    static constexpr char hex[] = "0123456789ABCDEF";
+    std::string out;
+    for (const char ch : s) {
+        const auto c = static_cast<unsigned char>(ch);
+        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+            c == '-' || c == '_' || c == '.' || c == '~') {
+            out += ch;
+        } else {
+            out += '%';
+            out += hex[c >> 4];
+            out += hex[c & 15];
+        }
+    }
+    return out;
+}
+
+/// The value of `expr` (a PromQL expression) for job "ax" and label scheduler=`scheduler` ("" =
+/// no such label) in an instant query's result, or "" if the query failed or has no such series
+/// yet.
+std::string query_value(httplib::Client& client, const std::string& expr,
+                        const std::string& scheduler = "thumbs") {
+    const auto j = get_json(client, "/api/v1/query?query=" + url_encode(expr));
     if (!j || j->value("status", "") != "success")
         return "";
     const auto& data = (*j)["data"];
@@ -208,7 +98,7 @@ std::string query_value(httplib::Client& client, const std::string& metric) {
         return "";
     for (const auto& series : data["result"]) {
         const auto& labels = series["metric"];
-        if (labels.value("job", "") != "ax" || labels.value("scheduler", "") != "thumbs")
+        if (labels.value("job", "") != "ax" || labels.value("scheduler", "") != scheduler)
             continue;
         const auto& value = series["value"]; // [ <unix time>, "<value>" ]
         if (value.is_array() && value.size() == 2 && value[1].is_string())
@@ -232,21 +122,95 @@ std::string target_health(httplib::Client& client, const std::string& scrape_url
     return "";
 }
 
-} // namespace
+/// A Prometheus server (child process) scraping `target` (host:port) every second, its data and
+/// config under `dir`; started on a free loopback port (once more on another if the first was
+/// taken meanwhile). Stopped and reaped on destruction.
+struct PrometheusRun {
+    fs::path config;
+    fs::path log;
+    std::optional<ChildProcess> child;
+    int port = 0;
+    bool ready = false;
 
-TEST_CASE("a real Prometheus scrapes MetricsServer", "[http][prometheus]") {
+    PrometheusRun(const std::string& prometheus, const TempDir& dir, const std::string& target,
+                  std::chrono::steady_clock::time_point deadline)
+        : config(dir.path() / "prometheus.yml"), log(dir.path() / "prometheus.log") {
+        {
+            std::ofstream f(config);
+            f << "global:\n"
+                 "  scrape_interval: 1s\n"
+                 "  evaluation_interval: 1s\n"
+                 "scrape_configs:\n"
+                 "  - job_name: ax\n"
+                 "    metrics_path: /metrics\n"
+                 "    scrape_interval: 1s\n"
+                 "    scrape_timeout: 1s\n"
+                 "    static_configs:\n"
+                 "      - targets: ['"
+              << target << "']\n";
+            if (!f.good())
+                throw std::runtime_error("cannot write " + config.string());
+        }
+        for (int attempt = 0; attempt < 2 && !ready; ++attempt) {
+            port = free_loopback_port();
+            const fs::path data = dir.path() / ("data" + std::to_string(attempt));
+            child.emplace(
+                std::vector<std::string>{
+                    prometheus,
+                    "--config.file=" + config.string(),
+                    "--storage.tsdb.path=" + data.string(),
+                    "--web.listen-address=127.0.0.1:" + std::to_string(port),
+                    "--log.level=warn",
+                },
+                log);
+            httplib::Client client("127.0.0.1", port);
+            client.set_connection_timeout(1s);
+            client.set_read_timeout(5s);
+            int status = 0;
+            while (std::chrono::steady_clock::now() < deadline) {
+                if (child->exited(status)) {
+                    // Most likely the port was taken between free_loopback_port() and its bind:
+                    // try once more on another port.
+                    WARN("prometheus exited early (" << describe_status(status) << ") on port "
+                                                     << port << "; log:\n"
+                                                     << read_file(log));
+                    break;
+                }
+                const auto res = client.Get("/-/ready");
+                if (res && res->status == 200) {
+                    ready = true;
+                    break;
+                }
+                std::this_thread::sleep_for(200ms);
+            }
+        }
+    }
+};
+
+/// Fails (naming scripts/deps.sh) or, with AX_SKIP_PROMETHEUS=1, warns when there is no
+/// prometheus binary; returns its path, or "" to skip.
+std::string require_prometheus() {
     const std::string prometheus = find_prometheus();
     if (prometheus.empty()) {
         const char* skip = std::getenv("AX_SKIP_PROMETHEUS");
         if (skip != nullptr && std::string(skip) == "1") {
             WARN("prometheus not found (/usr/bin/prometheus or on PATH); AX_SKIP_PROMETHEUS=1, "
                  "skipping the real-Prometheus scrape test");
-            return;
+            return "";
         }
         FAIL("the Prometheus server is not installed (no /usr/bin/prometheus, none on PATH): run "
              "scripts/deps.sh (installs Debian's prometheus; CI does), or set "
              "AX_SKIP_PROMETHEUS=1 to skip this test");
     }
+    return prometheus;
+}
+
+} // namespace
+
+TEST_CASE("a real Prometheus scrapes MetricsServer", "[http][prometheus]") {
+    const std::string prometheus = require_prometheus();
+    if (prometheus.empty())
+        return;
 
     ax::Config cfg;
     cfg.min_workers = 2;
@@ -278,66 +242,13 @@ TEST_CASE("a real Prometheus scrapes MetricsServer", "[http][prometheus]") {
     const std::string scrape_url = "http://" + target + "/metrics";
 
     const TempDir dir;
-    const fs::path config = dir.path() / "prometheus.yml";
-    const fs::path log = dir.path() / "prometheus.log";
-    {
-        std::ofstream f(config);
-        f << "global:\n"
-             "  scrape_interval: 1s\n"
-             "  evaluation_interval: 1s\n"
-             "scrape_configs:\n"
-             "  - job_name: ax\n"
-             "    metrics_path: /metrics\n"
-             "    scrape_interval: 1s\n"
-             "    scrape_timeout: 1s\n"
-             "    static_configs:\n"
-             "      - targets: ['"
-          << target << "']\n";
-        REQUIRE(f.good());
-    }
-    INFO("prometheus config:\n" << read_file(config));
-
     const auto deadline = std::chrono::steady_clock::now() + 60s;
-    std::optional<ChildProcess> child;
-    int prom_port = 0;
-    bool ready = false;
-    for (int attempt = 0; attempt < 2 && !ready; ++attempt) {
-        prom_port = free_loopback_port();
-        const fs::path data = dir.path() / ("data" + std::to_string(attempt));
-        child.emplace(
-            std::vector<std::string>{
-                prometheus,
-                "--config.file=" + config.string(),
-                "--storage.tsdb.path=" + data.string(),
-                "--web.listen-address=127.0.0.1:" + std::to_string(prom_port),
-                "--log.level=warn",
-            },
-            log);
-        httplib::Client client("127.0.0.1", prom_port);
-        client.set_connection_timeout(1s);
-        client.set_read_timeout(5s);
-        int status = 0;
-        while (std::chrono::steady_clock::now() < deadline) {
-            if (child->exited(status)) {
-                // Most likely the port was taken between free_loopback_port() and its bind:
-                // try once more on another port.
-                WARN("prometheus exited early (" << describe_status(status) << ") on port "
-                                                 << prom_port << "; log:\n"
-                                                 << read_file(log));
-                break;
-            }
-            const auto res = client.Get("/-/ready");
-            if (res && res->status == 200) {
-                ready = true;
-                break;
-            }
-            std::this_thread::sleep_for(200ms);
-        }
-    }
-    INFO("prometheus log:\n" << read_file(log));
-    REQUIRE(ready);
+    PrometheusRun prom(prometheus, dir, target, deadline);
+    INFO("prometheus config:\n" << read_file(prom.config));
+    INFO("prometheus log:\n" << read_file(prom.log));
+    REQUIRE(prom.ready);
 
-    httplib::Client client("127.0.0.1", prom_port);
+    httplib::Client client("127.0.0.1", prom.port);
     client.set_connection_timeout(1s);
     client.set_read_timeout(5s);
 
@@ -366,3 +277,60 @@ TEST_CASE("a real Prometheus scrapes MetricsServer", "[http][prometheus]") {
     REQUIRE_FALSE(result.empty());
     CHECK(result[0]["metric"].value("instance", "") == target);
 }
+
+#ifdef AX_METRICS_SERVER_PATH // built with the examples (AX_BUILD_EXAMPLES)
+TEST_CASE("a real Prometheus scrapes the metrics_server example", "[http][prometheus][example]") {
+    const std::string prometheus = require_prometheus();
+    if (prometheus.empty())
+        return;
+
+    const TempDir dir;
+    ax_test::ExampleServer example(dir.path());
+    INFO("metrics_server output:\n" << example.output());
+    const std::string target = "127.0.0.1:" + std::to_string(example.port());
+    const auto deadline = std::chrono::steady_clock::now() + 25s;
+    PrometheusRun prom(prometheus, dir, target, deadline);
+    INFO("prometheus log:\n" << read_file(prom.log));
+    REQUIRE(prom.ready);
+
+    httplib::Client client("127.0.0.1", prom.port);
+    client.set_connection_timeout(1s);
+    client.set_read_timeout(5s);
+
+    // The example keeps working, so the counter Prometheus stored rises from scrape to scrape.
+    const auto number = [](const std::string& v) {
+        return v.empty() ? -1.0 : std::stod(v); // Prometheus answers "NaN", "+Inf" or digits
+    };
+    double first = -1.0, later = -1.0;
+    while (std::chrono::steady_clock::now() < deadline) {
+        const double v = number(query_value(client, "ax_tasks_succeeded_total", ""));
+        if (first <= 0.0)
+            first = v;
+        else if (v > first) {
+            later = v;
+            break;
+        }
+        std::this_thread::sleep_for(250ms);
+    }
+    INFO("ax_tasks_succeeded_total: first " << first << ", later " << later);
+    CHECK(first > 0.0);
+    CHECK(later > first);
+
+    // A run-time quantile from the histogram's buckets: a finite number of seconds.
+    const std::string expr = "histogram_quantile(0.5, rate(ax_task_run_seconds_bucket[5s]))";
+    std::string p50;
+    while (std::chrono::steady_clock::now() < deadline) {
+        p50 = query_value(client, expr, "");
+        if (!p50.empty() && p50 != "NaN")
+            break;
+        std::this_thread::sleep_for(250ms);
+    }
+    INFO(expr << " = \"" << p50 << "\"");
+    REQUIRE_FALSE(p50.empty());
+    REQUIRE(p50 != "NaN");
+    const double p50_s = std::stod(p50);
+    CHECK(std::isfinite(p50_s));
+    CHECK(p50_s > 0.0);
+    CHECK(p50_s <= 60.0);
+}
+#endif

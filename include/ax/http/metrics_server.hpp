@@ -1,10 +1,12 @@
 // ax — Adaptive eXchange Scheduler. SPDX-License-Identifier: MIT
 #pragma once
 
-// Optional part (target ax::http, cpp-httplib from Debian libcpp-httplib-dev): never included
-// by the core headers.
+// Optional part (target ax::http, cpp-httplib from Debian libcpp-httplib-dev, nlohmann-json from
+// Debian nlohmann-json3-dev): never included by the core headers.
 #include "../metrics.hpp"
 #include "../prometheus.hpp"
+#include "dashboard.hpp"
+#include "json.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -21,7 +23,8 @@
 #include <type_traits>
 #include <utility>
 
-/// A small HTTP server for a scheduler's metrics: `GET /metrics` (Prometheus text format) and
+/// A small HTTP server for a scheduler's metrics: `GET /metrics` (Prometheus text format),
+/// `GET /snapshot.json` (the snapshot as JSON), `GET /` (a self-contained live dashboard) and
 /// `GET /healthz`, on cpp-httplib.
 namespace ax::http {
 
@@ -41,12 +44,16 @@ struct MetricsServerOptions {
     std::size_t threads = 2;
 };
 
-/// Serves `GET /metrics` (to_prometheus() of a fresh snapshot, with prometheus_content_type),
-/// `GET /healthz` (200 "ok") and 404 for anything else, from a thread of its own.
+/// Serves, from a thread of its own:
+/// - `GET /metrics`: to_prometheus() of a fresh snapshot, with prometheus_content_type;
+/// - `GET /snapshot.json`: snapshot_json_text() of a fresh snapshot (application/json);
+/// - `GET /`: dashboard_html, a page with no external resources that polls /snapshot.json every
+///   second;
+/// - `GET /healthz`: 200 "ok"; 404 for anything else.
 ///
 /// The constructor binds and starts serving; stop() or the destructor stops and joins. The
-/// snapshot source is called on the server's threads, once per `/metrics` request, and must
-/// outlive the server (Scheduler::metrics() is safe to call from any thread).
+/// snapshot source is called on the server's threads, once per `/metrics` or `/snapshot.json`
+/// request, and must outlive the server (Scheduler::metrics() is safe to call from any thread).
 class MetricsServer {
   public:
     /// Serves the snapshots `source()` returns (any callable returning something convertible
@@ -140,6 +147,19 @@ class MetricsServer {
                 res.set_content(std::string("metrics snapshot failed: ") + e.what() + "\n",
                                 "text/plain; charset=utf-8");
             }
+        });
+        server_->Get("/snapshot.json", [this](const httplib::Request&, httplib::Response& res) {
+            try {
+                res.set_content(snapshot_json_text(source_()), json_content_type);
+                res.set_header("Cache-Control", "no-store");
+            } catch (const std::exception& e) {
+                res.status = 500;
+                res.set_content(std::string("metrics snapshot failed: ") + e.what() + "\n",
+                                "text/plain; charset=utf-8");
+            }
+        });
+        server_->Get("/", [](const httplib::Request&, httplib::Response& res) {
+            res.set_content(dashboard_html.data(), dashboard_html.size(), dashboard_content_type);
         });
         server_->Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
             res.set_content("ok", "text/plain; charset=utf-8");
