@@ -3,6 +3,7 @@
 
 #include "detail/notifier.hpp"
 #include "detail/record.hpp"
+#include "detail/sched_stat.hpp"
 #include "detail/spin_lock.hpp"
 #include "metrics.hpp"
 
@@ -73,6 +74,10 @@ template <class Host> class WorkerPool {
         /// refusal is counted once.
         std::uint64_t refused_token = no_attempt;
         std::atomic<bool> exited{false};
+        /// Kernel thread id, recorded once by the worker at start (0: unknown), and the tick's
+        /// previous reading of its schedstat (tick thread only; detail/sched_stat.hpp).
+        std::atomic<std::int32_t> tid{0};
+        SchedCursor sched;
         std::jthread thread;
         /// Host-specific per-worker state (e.g. its batch of finished slots).
         typename Host::WorkerLocal local;
@@ -346,6 +351,7 @@ template <class Host> class WorkerPool {
     }
 
     void loop(Worker& w) {
+        w.tid.store(current_thread_tid(), std::memory_order_release);
         host_.on_worker_start(w);
         bool retired = false;
         while (!stopping_.load(std::memory_order_acquire)) {
