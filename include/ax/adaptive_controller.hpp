@@ -21,11 +21,12 @@ namespace ax {
 /// `min_burst_tasks` arrivals at more than `hot_factor` times the baseline rate (an EWMA that
 /// follows quiet rounds quickly and hot ones slowly, so a steady stream stops looking hot within
 /// seconds). A burst starts with a hot round and ends when a round is neither hot nor leaves work
-/// queued. When the last three starts are evenly spaced (the two intervals within
-/// `period_tolerance` of each other) the next start is predicted one period after the last, and
-/// the worker need the last burst reached is asked for from `lead` before it until a quarter
-/// period after it. A prediction that does not come true expires after half a period; bursts at
-/// uneven intervals give no prediction, so a workload without a pattern is left alone.
+/// queued. When the last four starts are evenly spaced (their three intervals within
+/// `period_tolerance` of the longest) the next start is predicted one period after the last, and
+/// the worker need the last burst reached is asked for from `lead` (1.1 rounds, or 5 % of the
+/// period if longer) before it until `lead` after it; then the prediction lapses until the next
+/// burst. Bursts at uneven intervals give no prediction, so a workload without a pattern is left
+/// alone.
 class BurstForecaster {
   public:
     /// Fewest arrivals in one round for it to count as hot (default 16).
@@ -79,25 +80,24 @@ class BurstForecaster {
     }
 
     /// The floor and rate for the round at time `t`, given the controller's round length
-    /// `round_s` (the lead is at least one round and a half, so some round falls inside it).
+    /// `round_s` (the lead is a little over one round, so some round falls inside it).
     [[nodiscard]] Hint hint(double t, double round_s) const noexcept {
         Hint h;
         double next = 0.0;
         if (in_burst_ || !predict(next))
             return h;
         const double p = period_s();
-        const double lead = std::max(1.5 * round_s, 0.05 * p);
-        if (t >= next - lead && t <= next + 0.25 * p) {
+        const double lead = std::max(1.1 * round_s, 0.05 * p);
+        if (t >= next - lead && t <= next + lead) {
             h.floor = learned_peak_;
             h.rate = learned_rate_;
         }
         return h;
     }
 
-    /// Whether the last bursts were evenly spaced; `next` gets the predicted start (the
-    /// prediction lasts half a period past it).
+    /// Whether the last bursts were evenly spaced; `next` gets the predicted start.
     [[nodiscard]] bool predict(double& next) const noexcept {
-        if (starts_seen_ < 3 || learned_peak_ == 0)
+        if (starts_seen_ < starts_.size() || learned_peak_ == 0)
             return false;
         const double p = period_s();
         if (p <= 0.0)
@@ -106,17 +106,21 @@ class BurstForecaster {
         return true;
     }
 
-    /// The period of the last three bursts, or 0 when they were not evenly spaced.
+    /// The period of the last four bursts, or 0 when their three intervals were not evenly
+    /// spaced (each within period_tolerance of the longest).
     [[nodiscard]] double period_s() const noexcept {
-        if (starts_seen_ < 3)
+        if (starts_seen_ < starts_.size())
             return 0.0;
-        const double i1 = starts_[1] - starts_[0];
-        const double i2 = starts_[2] - starts_[1];
-        if (i1 <= 0.0 || i2 <= 0.0)
+        double lo = 1e300;
+        double hi = 0.0;
+        for (std::size_t i = 1; i < starts_.size(); ++i) {
+            const double d = starts_[i] - starts_[i - 1];
+            lo = std::min(lo, d);
+            hi = std::max(hi, d);
+        }
+        if (lo <= 0.0 || hi - lo > period_tolerance * hi)
             return 0.0;
-        if (std::abs(i1 - i2) > period_tolerance * std::max(i1, i2))
-            return 0.0;
-        return 0.5 * (i1 + i2);
+        return (starts_.back() - starts_.front()) / static_cast<double>(starts_.size() - 1);
     }
 
     /// Whether a burst is under way (between its first hot round and its drained end).
@@ -132,7 +136,7 @@ class BurstForecaster {
     double learned_rate_ = 0.0;
     std::uint64_t burst_tasks_ = 0;
     double burst_start_ = 0.0;
-    std::array<double, 3> starts_{};
+    std::array<double, 4> starts_{};
     std::size_t starts_seen_ = 0;
 };
 
@@ -168,21 +172,30 @@ class AdaptiveController {
     /// Shrink only when the need is below this share of the target (default 0.8): a margin
     /// for arrival noise, and the damping that keeps direction changes rare.
     static constexpr double shrink_hysteresis = 0.8;
+    /// Runqueue share of the busy time above which waiting for a CPU dominates (default 0.5):
+    /// the pool grows no further and shrinks to the CPU cap.
+    static constexpr double runqueue_dominates = 0.5;
     /// Weight of each new share sample (default 0.5).
     static constexpr double share_smoothing = 0.5;
+    /// Largest growth of the target per round, as a factor (default 4): from 4 workers to 200
+    /// in three rounds, each after a fresh sample of the shares, so the pool never outgrows
+    /// what a sample of a few workers showed.
+    static constexpr double growth_factor = 4.0;
 
-    /// Keeps a copy of the limits it needs.
-    explicit AdaptiveController(const Config& cfg)
-        : cfg_(cfg),
+    /// Keeps a copy of the limits it needs; `forecast` false leaves the BurstForecaster out (it
+    /// still observes, but never sets a floor).
+    explicit AdaptiveController(const Config& cfg, bool forecast = true)
+        : cfg_(cfg), forecast_(forecast),
           round_s_(std::max(std::chrono::duration<double>(cfg.controller_interval).count() / 20.0,
                             std::chrono::duration<double>(cfg.dispatch_interval).count())) {}
 
     /// One round: the new target and why.
     ControllerDecision operator()(const ControllerInput& in) noexcept {
         const std::uint32_t cur = std::clamp(in.current_target, cfg_.min_workers, cfg_.max_workers);
-        const double dt = std::max(0.0, in.elapsed_s);
+        // The first round covers everything since start (one round's length, as far as rates go).
+        const double dt = seen_ ? std::max(0.0, in.elapsed_s) : round_s_;
         const std::uint64_t arrivals =
-            seen_ && in.offered_total >= last_offered_ ? in.offered_total - last_offered_ : 0;
+            in.offered_total >= last_offered_ ? in.offered_total - last_offered_ : 0;
         last_offered_ = in.offered_total;
         seen_ = true;
         t_ += dt;
@@ -190,21 +203,36 @@ class AdaptiveController {
             const double a = std::min(1.0, dt / rate_tau_s);
             rate_ += a * (static_cast<double>(arrivals) / dt - rate_);
         }
-        if (in.cpu_share + in.runqueue_share > 0.0) {
+        // A new sample (the scheduler reuses the last one between samples).
+        const bool fresh = in.cpu_share + in.runqueue_share > 0.0 &&
+                           (in.cpu_share != last_cpu_in_ || in.runqueue_share != last_rq_in_);
+        if (fresh) {
             const double a = shares_known_ ? share_smoothing : 1.0;
             cpu_ += a * (std::clamp(in.cpu_share, 0.0, 1.0) - cpu_);
             rq_ += a * (std::clamp(in.runqueue_share, 0.0, 1.0) - rq_);
             shares_known_ = true;
+            last_cpu_in_ = in.cpu_share;
+            last_rq_in_ = in.runqueue_share;
         }
         const double rq = shares_known_ ? rq_ : 0.0;
         const double hi = cfg_.max_workers;
 
-        // The useful concurrency of this work: cores x (cpu + blocked) / cpu.
+        // The useful concurrency of this work: cores x (cpu + blocked) / cpu, widened by the
+        // blocked share (mixed work's CPU phases collide; a few more workers keep the cores
+        // busy) and exactly the cores for pure CPU work.
         double cap = hi;
-        if (shares_known_ && cpu_ > 1e-3)
-            cap = std::clamp(
-                std::floor(std::max<std::uint32_t>(in.cores, 1) * (1.0 - rq) / cpu_ + 0.5), 1.0,
-                hi);
+        if (shares_known_ && cpu_ > 1e-3) {
+            const double blocked = std::max(0.0, 1.0 - cpu_ - rq);
+            cap = std::clamp(std::floor(std::max<std::uint32_t>(in.cores, 1) * (1.0 - rq) / cpu_ *
+                                            (1.0 + blocked) +
+                                        0.5),
+                             1.0, hi);
+        }
+        // The cap lowers the target only after two fresh samples in a row put it below: one
+        // sample can catch a transient (a burst's workers all waking at once).
+        if (fresh)
+            cap_low_samples_ = cap < cur ? cap_low_samples_ + 1 : 0;
+        const bool cap_confirmed = cap_low_samples_ >= 2;
 
         ControllerReason why = ControllerReason::little_law;
         double need = 0.0;
@@ -226,14 +254,13 @@ class AdaptiveController {
             else if (backlog > in_use)
                 why = ControllerReason::backlog;
             if (in.saturated && in.busy_workers >= in.live_workers && in.live_workers >= cur)
-                need = std::max(need, 2.0 * cur); // refusals at a full queue: the backlog is hidden
+                need = std::max(need, 2.0 * cur); // refusals at a full queue hide the backlog
         }
         if (in.queue_length > 0)
             need = std::max(need, 1.0);
         need = std::min(std::ceil(need - 1e-9), hi);
-        const auto load_need = static_cast<std::uint32_t>(std::max(0.0, need));
         fc_.observe(t_, dt, arrivals, in.queue_length,
-                    std::min<std::uint32_t>(load_need, static_cast<std::uint32_t>(cap)));
+                    static_cast<std::uint32_t>(std::max(0.0, need)));
 
         double want = need;
         if (want > cap) {
@@ -241,14 +268,16 @@ class AdaptiveController {
             why = ControllerReason::cpu_bound;
         }
         double next = cur;
-        if (shares_known_ && rq_ > cpu_ && cur > cap) {
-            next = cap; // oversubscribed: workers wait for a CPU more than they run
+        if (shares_known_ && rq_ > runqueue_dominates && cur > cap) {
+            // Oversubscribed: workers wait for a CPU more than they run. Grow no further, and
+            // shrink to the cap once confirmed.
+            next = cap_confirmed ? cap : cur;
             why = ControllerReason::runqueue;
         } else if (want > cur) {
-            next = want;
+            next = std::min(want, std::max(growth_factor * cur, cur + growth_factor));
         } else if (want < cur) {
             if (why == ControllerReason::cpu_bound) {
-                next = want;
+                next = cap_confirmed ? want : cur;
             } else if (want < shrink_hysteresis * cur) {
                 const double step =
                     std::max<double>(cfg_.max_step_down, std::ceil((cur - want) / 2.0));
@@ -261,9 +290,10 @@ class AdaptiveController {
             why = ControllerReason::hold;
         }
 
-        const BurstForecaster::Hint h = fc_.hint(t_, round_s_);
-        if (h.floor > 0 && next < std::min<double>(h.floor, cap)) {
-            const double floor = std::min<double>(h.floor, cap);
+        const BurstForecaster::Hint h =
+            forecast_ ? fc_.hint(t_, round_s_) : BurstForecaster::Hint{};
+        const double floor = std::min<double>(h.floor, cap);
+        if (h.floor > 0 && next < floor) {
             why = floor > cur ? ControllerReason::forecast : ControllerReason::keep_warm;
             next = floor;
         }
@@ -279,6 +309,7 @@ class AdaptiveController {
   private:
     static constexpr double rate_tau_s = 0.5;
     Config cfg_;
+    bool forecast_;
     double round_s_;
     double t_ = 0.0;
     bool seen_ = false;
@@ -287,6 +318,9 @@ class AdaptiveController {
     bool shares_known_ = false;
     double cpu_ = 0.0;
     double rq_ = 0.0;
+    double last_cpu_in_ = -1.0;
+    double last_rq_in_ = -1.0;
+    int cap_low_samples_ = 0;
     BurstForecaster fc_;
 };
 

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 /// The controller's bookkeeping: when a round is due, when the workers' thread times are
@@ -62,15 +63,19 @@ class ControllerStore {
 
     /// Whether this round should sample the workers' thread times (at most once per round
     /// interval; rounds in between reuse the last shares).
+    /// Until a sample measured something (the first one only primes the workers' cursors),
+    /// every round samples, so the CPU cap is known within two rounds of the first busy worker.
+    /// A round right after the target grew samples too: the pool must not outgrow what the
+    /// last sample of fewer workers showed (a few extra reads while the pool ramps up).
     [[nodiscard]] bool sample_due(std::int64_t now) const noexcept {
-        return !sampled_ || now - last_sample_ns_ >= interval_ns_;
+        return !measured_ || grew_ || now - last_sample_ns_ >= interval_ns_;
     }
 
     /// Records a sample's summed deltas as the shares rounds report until the next sample.
     void set_shares(std::int64_t now, const SchedDelta& d) noexcept {
         shares_from(d, cpu_share_, runqueue_share_);
         last_sample_ns_ = now;
-        sampled_ = true;
+        measured_ = measured_ || cpu_share_ + runqueue_share_ > 0.0;
     }
 
     /// Completes the round's input: the last shares, the cores and the time since the previous
@@ -86,6 +91,7 @@ class ControllerStore {
     /// Records the decision (the target already clamped) and its inputs for metrics().
     void end_round(const ControllerInput& in, const ControllerDecision& d) {
         ++rounds_;
+        grew_ = d.target > in.current_target;
         std::lock_guard lock(mutex_);
         stats_.rounds = rounds_;
         if (d.target != in.current_target) {
@@ -104,6 +110,27 @@ class ControllerStore {
     /// Overrides the core count (the simulator's N cores; the tick uses the machine's).
     void set_cores(std::uint32_t n) noexcept { available_cores_ = std::max(1u, n); }
 
+    /// One controller step, as the tick (and the tests' simulator) runs it: nothing unless a
+    /// round is due; then, when a sample is due, `sample(SchedDelta&)` sums the workers' deltas
+    /// (returning false when it could not, e.g. on a test clock), the input is completed, the
+    /// policy decides, its target is clamped to [min_workers, max_workers] and recorded.
+    template <class Policy, class Sample>
+    std::optional<ControllerDecision> step(std::int64_t now, ControllerInput& in, Policy& policy,
+                                           const Config& cfg, Sample&& sample) {
+        if (!round_due(now, in))
+            return std::nullopt;
+        if (sample_due(now)) {
+            SchedDelta d;
+            if (sample(d))
+                set_shares(now, d);
+        }
+        begin_round(now, in);
+        ControllerDecision d = to_decision(policy(in), in.current_target);
+        d.target = std::clamp(d.target, cfg.min_workers, cfg.max_workers);
+        end_round(in, d);
+        return d;
+    }
+
     /// Copies the last decision into a snapshot (any thread).
     void fill(ControllerStats& out) {
         std::lock_guard lock(mutex_);
@@ -116,7 +143,8 @@ class ControllerStore {
     const std::int64_t interval_ns_;
     std::int64_t last_round_ns_;  // tick thread
     std::int64_t last_sample_ns_; // tick thread
-    bool sampled_ = false;        // tick thread
+    bool measured_ = false;       // tick thread
+    bool grew_ = false;           // tick thread
     double cpu_share_ = 0.0;      // tick thread
     double runqueue_share_ = 0.0; // tick thread
     std::uint32_t available_cores_ = available_cores();

@@ -239,7 +239,7 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
     void tick();
     void fire_due_retries(std::int64_t now);
     void control(std::int64_t now, ControllerInput& in);
-    void sample_workers(std::int64_t now);
+    void sample_workers(std::int64_t now, SchedDelta& sum);
     void check_drained();
     bool stop_ticker();
     void stop_threads();

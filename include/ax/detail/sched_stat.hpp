@@ -102,7 +102,9 @@ inline void shares_from(const SchedDelta& d, double& cpu_share, double& runqueue
         cpu_share = runqueue_share = 0.0;
         return;
     }
-    cpu_share = cpu / wall;
+    // A measured share is never exactly 0 (0 and 0 mean "not measured"): workers that only
+    // blocked report a CPU share of 1e-6.
+    cpu_share = std::max(cpu / wall, 1e-6);
     runqueue_share = wait / wall;
 }
 

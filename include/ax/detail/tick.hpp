@@ -82,31 +82,31 @@ void SchedulerCore<Clock, Controller>::tick() {
 /// fast rounds, the saturation rule.
 template <SchedulerClock Clock, ControllerPolicy Controller>
 void SchedulerCore<Clock, Controller>::control(std::int64_t now, ControllerInput& in) {
-    if (!controller_state_.round_due(now, in)) {
-        if constexpr (!controller_fast_rounds<Controller>()) {
-            if (const auto t = saturation_target(in, cfg_); t != in.current_target)
-                pool_.set_target(t);
+    const auto d = controller_state_.step(now, in, controller_, cfg_, [&](SchedDelta& sum) {
+        if constexpr (real_time_clock<Clock>) {
+            sample_workers(now, sum);
+            return true;
+        } else {
+            (void)sum;
+            return false; // a test clock: busy times are not comparable with thread times
         }
+    });
+    if (d) {
+        prescale_ = d->reason == ControllerReason::forecast;
+        pool_.set_target(d->target);
         return;
     }
-    if constexpr (real_time_clock<Clock>) {
-        if (controller_state_.sample_due(now))
-            sample_workers(now);
+    if constexpr (!controller_fast_rounds<Controller>()) {
+        if (const auto t = saturation_target(in, cfg_); t != in.current_target)
+            pool_.set_target(t);
     }
-    controller_state_.begin_round(now, in);
-    ControllerDecision d = to_decision(controller_(in), in.current_target);
-    d.target = std::clamp(d.target, cfg_.min_workers, cfg_.max_workers);
-    prescale_ = d.reason == ControllerReason::forecast;
-    pool_.set_target(d.target);
-    controller_state_.end_round(in, d);
 }
 
-/// Reads every worker's schedstat once and records the shares of their busy time (cost: see
+/// Reads every worker's schedstat once and sums the deltas since the last sample (cost: see
 /// detail/sched_stat.hpp). Busy time is the worker's finished attempts plus the running one's
 /// age, on Clock (a real-time clock here).
 template <SchedulerClock Clock, ControllerPolicy Controller>
-void SchedulerCore<Clock, Controller>::sample_workers(std::int64_t now) {
-    SchedDelta sum;
+void SchedulerCore<Clock, Controller>::sample_workers(std::int64_t now, SchedDelta& sum) {
     pool_.for_each([&](Worker& w) {
         std::uint64_t cpu = 0;
         std::uint64_t wait = 0;
@@ -122,7 +122,6 @@ void SchedulerCore<Clock, Controller>::sample_workers(std::int64_t now) {
         }
         accumulate(w.sched, cpu, wait, busy, sum);
     });
-    controller_state_.set_shares(now, sum);
 }
 
 template <SchedulerClock Clock, ControllerPolicy Controller>
