@@ -148,8 +148,12 @@ Result run(const Setup& s, const std::vector<Arrival>& arrivals, Policy& policy)
             ++incoming;
             ++next_arrival;
         }
-        // Idle, started workers take queued tasks; a surplus one leaves instead (as
-        // WorkerPool's try_retire, checked before each dispatch).
+        // Idle, started workers take queued tasks while fewer than `target` run (WorkerPool's
+        // gate: a CPU cap below min_workers parks the rest); a surplus one leaves instead (as
+        // try_retire, checked before each dispatch).
+        std::size_t running = 0;
+        for (const auto& w : workers)
+            running += w.task >= 0 ? 1 : 0;
         for (std::size_t i = workers.size(); i-- > 0;) {
             auto& w = workers[i];
             if (w.task >= 0 || w.available_at > now)
@@ -158,8 +162,9 @@ Result run(const Setup& s, const std::vector<Arrival>& arrivals, Policy& policy)
                 workers.erase(workers.begin() + static_cast<std::ptrdiff_t>(i));
                 continue;
             }
-            if (queue.empty())
+            if (queue.empty() || running >= target)
                 continue;
+            ++running;
             {
                 w.task = queue.front();
                 queue.pop_front();
@@ -261,7 +266,9 @@ Result run(const Setup& s, const std::vector<Arrival>& arrivals, Policy& policy)
             prescale = d->reason == ax::ControllerReason::forecast;
             target = d->target;
         } else if constexpr (!ax::detail::controller_fast_rounds<Policy>()) {
-            target = ax::saturation_target(in, cfg);
+            const auto t = ax::saturation_target(in, cfg);
+            if (t != std::clamp(in.current_target, cfg.min_workers, cfg.max_workers))
+                target = t;
         }
         if (target == 0 && qlen > 0)
             target = 1;

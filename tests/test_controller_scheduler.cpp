@@ -113,3 +113,47 @@ TEST_CASE("the default controller grows a large admitted queue without refusals"
     for (auto& h : hs)
         h.get();
 }
+
+namespace {
+/// A CPU cap of 2 below min_workers 4.
+struct CapPolicy {
+    explicit CapPolicy(const ax::Config&) {}
+    ax::ControllerDecision operator()(const ax::ControllerInput&) {
+        return {2, ax::ControllerReason::cpu_bound, 0.0};
+    }
+};
+/// A plain target below min_workers is still clamped up to it.
+struct LowPolicy {
+    explicit LowPolicy(const ax::Config&) {}
+    std::uint32_t operator()(const ax::ControllerInput&) const { return 1; }
+};
+} // namespace
+
+TEST_CASE("a CPU cap below min_workers runs only that many tasks; the threads stay",
+          "[controller][pool]") {
+    ax::Config cfg = quick();
+    cfg.min_workers = 4;
+    ax::Scheduler<std::chrono::steady_clock, CapPolicy> sched{cfg};
+    REQUIRE(eventually([&] { return sched.metrics().workers.target == 2; }));
+    std::atomic<int> running{0}, peak{0};
+    std::vector<ax::TaskHandle<void>> hs;
+    for (int i = 0; i < 40; ++i)
+        hs.push_back(std::move(*sched.submit([&] {
+            const int now = ++running;
+            int p = peak.load();
+            while (now > p && !peak.compare_exchange_weak(p, now)) {
+            }
+            std::this_thread::sleep_for(2ms);
+            --running;
+        })));
+    for (auto& h : hs)
+        h.get();
+    CHECK(peak.load() <= 2);
+    CHECK(peak.load() >= 1);
+    CHECK(sched.metrics().workers.current == 4);
+    CHECK(sched.metrics().controller.reason == ax::ControllerReason::cpu_bound);
+    // A plain target below min_workers is clamped to it.
+    ax::Scheduler<std::chrono::steady_clock, LowPolicy> low{cfg};
+    REQUIRE(eventually([&] { return low.metrics().controller.rounds >= 1; }));
+    CHECK(low.metrics().workers.target == 4);
+}

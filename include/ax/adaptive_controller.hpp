@@ -191,7 +191,8 @@ class AdaptiveController {
 
     /// One round: the new target and why.
     ControllerDecision operator()(const ControllerInput& in) noexcept {
-        const std::uint32_t cur = std::clamp(in.current_target, cfg_.min_workers, cfg_.max_workers);
+        // A CPU cap may hold the target below min_workers (the pool keeps those threads parked).
+        const std::uint32_t cur = std::clamp(in.current_target, 1u, cfg_.max_workers);
         // The first round covers everything since start (one round's length, as far as rates go).
         const double dt = seen_ ? std::max(0.0, in.elapsed_s) : round_s_;
         const std::uint64_t arrivals =
@@ -297,7 +298,8 @@ class AdaptiveController {
             why = floor > cur ? ControllerReason::forecast : ControllerReason::keep_warm;
             next = floor;
         }
-        next = std::clamp(next, static_cast<double>(cfg_.min_workers), hi);
+        const bool capped = why == ControllerReason::cpu_bound || why == ControllerReason::runqueue;
+        next = std::clamp(next, capped ? 1.0 : static_cast<double>(cfg_.min_workers), hi);
         if (in.queue_length > 0)
             next = std::max(next, 1.0);
         return {static_cast<std::uint32_t>(next), why, h.rate};

@@ -110,10 +110,17 @@ class ControllerStore {
     /// Overrides the core count (the simulator's N cores; the tick uses the machine's).
     void set_cores(std::uint32_t n) noexcept { available_cores_ = std::max(1u, n); }
 
+    /// Reasons that may set the target below min_workers: a CPU cap. min_workers threads stay
+    /// alive; only `target` of them run tasks at once (WorkerPool's gate).
+    static constexpr bool cap_reason(ControllerReason r) noexcept {
+        return r == ControllerReason::cpu_bound || r == ControllerReason::runqueue;
+    }
+
     /// One controller step, as the tick (and the tests' simulator) runs it: nothing unless a
     /// round is due; then, when a sample is due, `sample(SchedDelta&)` sums the workers' deltas
     /// (returning false when it could not, e.g. on a test clock), the input is completed, the
-    /// policy decides, its target is clamped to [min_workers, max_workers] and recorded.
+    /// policy decides, its target is clamped to [min_workers, max_workers] (to [1, max_workers]
+    /// for a CPU cap, see cap_reason) and recorded.
     template <class Policy, class Sample>
     std::optional<ControllerDecision> step(std::int64_t now, ControllerInput& in, Policy& policy,
                                            const Config& cfg, Sample&& sample) {
@@ -126,7 +133,8 @@ class ControllerStore {
         }
         begin_round(now, in);
         ControllerDecision d = to_decision(policy(in), in.current_target);
-        d.target = std::clamp(d.target, cfg.min_workers, cfg.max_workers);
+        d.target =
+            std::clamp(d.target, cap_reason(d.reason) ? 1u : cfg.min_workers, cfg.max_workers);
         end_round(in, d);
         return d;
     }

@@ -97,7 +97,9 @@ void SchedulerCore<Clock, Controller>::control(std::int64_t now, ControllerInput
         return;
     }
     if constexpr (!controller_fast_rounds<Controller>()) {
-        if (const auto t = saturation_target(in, cfg_); t != in.current_target)
+        // Only when the rule fires: a target a CPU cap set below min_workers stays.
+        const auto t = saturation_target(in, cfg_);
+        if (t != std::clamp(in.current_target, cfg_.min_workers, cfg_.max_workers))
             pool_.set_target(t);
     }
 }
