@@ -387,3 +387,20 @@ TEST_CASE("BurstForecaster predicts evenly spaced bursts and nothing else", "[co
         steady.observe(i * 0.1, 0.1, 100, 0, 10);
     CHECK_FALSE(steady.predict(next));
 }
+
+TEST_CASE("AdaptiveController grows no further while runqueue wait dominates", "[controller]") {
+    ax::Config cfg;
+    ax::AdaptiveController c(cfg);
+    // A big backlog, and a tiny CPU share per worker because other processes hold the cores:
+    // the cap alone would allow growth, the runqueue share forbids it.
+    auto in = input(10000, 8, 8, 0.1);
+    in.cpu_share = 0.01;
+    in.runqueue_share = 0.84;
+    const auto d = c(in);
+    CHECK(d.target == 8);
+    CHECK(d.reason == ax::ControllerReason::runqueue);
+    // Once the runqueue share falls, the backlog grows the pool again.
+    in.cpu_share = 0.02;
+    in.runqueue_share = 0.1;
+    CHECK(c(in).target > 8);
+}

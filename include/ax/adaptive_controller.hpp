@@ -269,10 +269,15 @@ class AdaptiveController {
             why = ControllerReason::cpu_bound;
         }
         double next = cur;
-        if (shares_known_ && rq_ > runqueue_dominates && cur > cap) {
-            // Oversubscribed: workers wait for a CPU more than they run. Grow no further, and
-            // shrink to the cap once confirmed.
+        const bool waits_for_cpu = shares_known_ && rq_ > runqueue_dominates;
+        if (waits_for_cpu && cur > cap) {
+            // Oversubscribed: workers wait for a CPU more than they run. Shrink to the cap once
+            // two samples agree.
             next = cap_confirmed ? cap : cur;
+            why = ControllerReason::runqueue;
+        } else if (want > cur && waits_for_cpu) {
+            // Grow no further while runqueue wait dominates (whoever causes it: more threads
+            // would only queue behind the others).
             why = ControllerReason::runqueue;
         } else if (want > cur) {
             next = std::min(want, std::max(growth_factor * cur, cur + growth_factor));
