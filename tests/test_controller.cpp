@@ -296,7 +296,14 @@ TEST_CASE("AdaptiveController grows on a backlog at most x4 per round, whatever 
     for (const std::uint32_t queue : {10000u, 1000000u}) {
         ax::AdaptiveController c(cfg);
         auto in = input(queue, 4, 4, 0.005);
+        // Nothing measured yet: the first round with busy workers waits for a sample.
         auto d = c(in);
+        CHECK(d.target == 4);
+        CHECK(d.reason == ax::ControllerReason::hold);
+        // IO-bound shares: far from any CPU cap.
+        in.cpu_share = 0.004;
+        in.runqueue_share = 0.001;
+        d = c(in);
         CHECK(d.target == 16);
         CHECK(d.reason == ax::ControllerReason::backlog);
         in = input(queue, 16, 16, 0.005);
@@ -304,6 +311,16 @@ TEST_CASE("AdaptiveController grows on a backlog at most x4 per round, whatever 
         in = input(queue, 64, 64, 0.005);
         CHECK(c(in).target == 200);
     }
+}
+
+TEST_CASE("AdaptiveController grows without shares where they are never measured", "[controller]") {
+    ax::Config cfg;
+    ax::AdaptiveController c(cfg);
+    auto in = input(10000, 4, 4, 0.005);
+    CHECK(c(in).target == 4); // one round's wait
+    CHECK(c(in).target == 16);
+    in = input(10000, 16, 16, 0.005);
+    CHECK(c(in).target == 64);
 }
 
 TEST_CASE("AdaptiveController caps CPU-bound work near the cores", "[controller]") {

@@ -279,6 +279,11 @@ class AdaptiveController {
             // Grow no further while runqueue wait dominates (whoever causes it: more threads
             // would only queue behind the others).
             why = ControllerReason::runqueue;
+        } else if (want > cur && !shares_known_ && in.busy_workers > 0 && ++blind_rounds_ < 2) {
+            // Work started but nothing measured yet: this round's sample primes the workers'
+            // cursors, the next one shows whether the work is CPU-bound. Wait one round rather
+            // than grow blind (where shares are never measured this only delays by a round).
+            why = ControllerReason::hold;
         } else if (want > cur) {
             next = std::min(want, std::max(growth_factor * cur, cur + growth_factor));
         } else if (want < cur) {
@@ -328,6 +333,7 @@ class AdaptiveController {
     double last_cpu_in_ = -1.0;
     double last_rq_in_ = -1.0;
     int cap_low_samples_ = 0;
+    int blind_rounds_ = 0;
     BurstForecaster fc_;
 };
 
