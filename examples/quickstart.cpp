@@ -7,7 +7,7 @@
 int main() {
     ax::Config cfg;           // the design card's defaults...
     cfg.max_workers = 64;     // ...tuned where it matters
-    ax::Scheduler sched{cfg}; // = ax::Scheduler<std::chrono::steady_clock, ax::LittleController>
+    ax::Scheduler sched{cfg}; // = ax::Scheduler<std::chrono::steady_clock, ax::AdaptiveController>
 
     // submit: a handle to the result, or a SubmitError saying why not (never a silent drop).
     auto thumb = sched.submit(

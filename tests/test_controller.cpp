@@ -178,3 +178,246 @@ TEST_CASE("saturation_target steps up only when every worker is busy at the soft
     cfg.scale_out_when_saturated = false;
     CHECK(ax::saturation_target(in, cfg) == 20);
 }
+
+// ---- AdaptiveController and its inputs --------------------------------------------------------
+
+#include <ax/adaptive_controller.hpp>
+#include <ax/detail/sched_stat.hpp>
+#include <ax/policies.hpp>
+
+namespace {
+
+/// A user policy answering a plain target, as before decisions existed.
+struct PlainPolicy {
+    explicit PlainPolicy(const ax::Config&) {}
+    std::uint32_t operator()(const ax::ControllerInput& in) const { return in.current_target + 1; }
+};
+/// A user policy answering a decision, with a name.
+struct DecidingPolicy {
+    static constexpr const char* name = "deciding";
+    explicit DecidingPolicy(const ax::Config&) {}
+    ax::ControllerDecision operator()(const ax::ControllerInput&) {
+        return {7, ax::ControllerReason::forecast, 12.5};
+    }
+};
+/// Answers something that is neither a target nor a decision.
+struct BadPolicy {
+    explicit BadPolicy(const ax::Config&) {}
+    const char* operator()(const ax::ControllerInput&) const { return "x"; }
+};
+
+ax::ControllerInput input(std::uint32_t queue, std::uint32_t current, std::uint32_t busy,
+                          double avg_s) {
+    ax::ControllerInput in;
+    in.queue_length = queue;
+    in.current_target = current;
+    in.live_workers = current;
+    in.busy_workers = busy;
+    in.avg_duration_s = avg_s;
+    in.cores = 2;
+    in.elapsed_s = 0.01;
+    return in;
+}
+
+} // namespace
+
+static_assert(ax::ControllerPolicy<ax::AdaptiveController>);
+static_assert(ax::ControllerPolicy<PlainPolicy>);
+static_assert(ax::ControllerPolicy<DecidingPolicy>);
+static_assert(!ax::ControllerPolicy<BadPolicy>);
+static_assert(ax::detail::controller_fast_rounds<ax::AdaptiveController>());
+static_assert(!ax::detail::controller_fast_rounds<ax::LittleController>());
+static_assert(!ax::detail::controller_fast_rounds<PlainPolicy>());
+
+TEST_CASE("a plain target becomes little_law when it changes, hold when not", "[controller]") {
+    const auto changed = ax::detail::to_decision(std::uint32_t{5}, 4);
+    CHECK(changed.target == 5);
+    CHECK(changed.reason == ax::ControllerReason::little_law);
+    CHECK(ax::detail::to_decision(std::uint32_t{4}, 4).reason == ax::ControllerReason::hold);
+    const ax::ControllerDecision d{9, ax::ControllerReason::idle, 3.0};
+    CHECK(ax::detail::to_decision(d, 4).reason == ax::ControllerReason::idle);
+    CHECK(std::string(ax::detail::controller_policy_name<PlainPolicy>()) == "custom");
+    CHECK(std::string(ax::detail::controller_policy_name<DecidingPolicy>()) == "deciding");
+    CHECK(std::string(ax::detail::controller_policy_name<ax::AdaptiveController>()) == "adaptive");
+    CHECK(std::string(ax::detail::controller_policy_name<ax::LittleController>()) == "little_law");
+}
+
+TEST_CASE("shares_from: CPU and runqueue shares of the busy time", "[controller]") {
+    double cpu = -1, rq = -1;
+    ax::detail::shares_from({}, cpu, rq);
+    CHECK(cpu == 0.0);
+    CHECK(rq == 0.0);
+    ax::detail::shares_from({250, 250, 1000}, cpu, rq);
+    CHECK(cpu == Approx(0.25));
+    CHECK(rq == Approx(0.25));
+    // Busy time below CPU + wait (dispatch and spinning outside bodies): the sum is the wall.
+    ax::detail::shares_from({600, 200, 100}, cpu, rq);
+    CHECK(cpu == Approx(0.75));
+    CHECK(rq == Approx(0.25));
+    // Only blocked: measured, so not 0/0.
+    ax::detail::shares_from({0, 0, 1000}, cpu, rq);
+    CHECK(cpu > 0.0);
+    CHECK(rq == 0.0);
+}
+
+TEST_CASE("accumulate: the first sample primes, later ones add deltas", "[controller]") {
+    ax::detail::SchedCursor c;
+    ax::detail::SchedDelta sum;
+    ax::detail::accumulate(c, 100, 50, 1000, sum);
+    CHECK(sum.cpu_ns == 0);
+    CHECK(sum.busy_ns == 0);
+    ax::detail::accumulate(c, 300, 80, 1500, sum);
+    CHECK(sum.cpu_ns == 200);
+    CHECK(sum.wait_ns == 30);
+    CHECK(sum.busy_ns == 500);
+    ax::detail::accumulate(c, 300, 80, 1400, sum); // busy read as it moved: no negative delta
+    CHECK(sum.busy_ns == 500);
+}
+
+TEST_CASE("this thread's schedstat can be read once its tid is known", "[controller]") {
+    const std::int32_t tid = ax::detail::current_thread_tid();
+    std::uint64_t cpu = 0, wait = 0;
+    if (tid == 0) {
+        WARN("no /proc/thread-self here: the controller runs without CPU shares");
+        CHECK_FALSE(ax::detail::read_schedstat(tid, cpu, wait));
+        return;
+    }
+    volatile double x = 0;
+    for (int i = 0; i < 1000000; ++i)
+        x = x + i;
+    REQUIRE(ax::detail::read_schedstat(tid, cpu, wait));
+    CHECK(cpu > 0);
+    CHECK_FALSE(ax::detail::read_schedstat(-1, cpu, wait));
+}
+
+TEST_CASE("AdaptiveController grows on a backlog at most x4 per round, whatever the queue size",
+          "[controller]") {
+    ax::Config cfg; // min 4, max 200
+    for (const std::uint32_t queue : {10000u, 1000000u}) {
+        ax::AdaptiveController c(cfg);
+        auto in = input(queue, 4, 4, 0.005);
+        // Nothing measured yet: the first round with busy workers waits for a sample.
+        auto d = c(in);
+        CHECK(d.target == 4);
+        CHECK(d.reason == ax::ControllerReason::hold);
+        // IO-bound shares: far from any CPU cap.
+        in.cpu_share = 0.004;
+        in.runqueue_share = 0.001;
+        d = c(in);
+        CHECK(d.target == 16);
+        CHECK(d.reason == ax::ControllerReason::backlog);
+        in = input(queue, 16, 16, 0.005);
+        CHECK(c(in).target == 64);
+        in = input(queue, 64, 64, 0.005);
+        CHECK(c(in).target == 200);
+    }
+}
+
+TEST_CASE("AdaptiveController grows without shares where they are never measured", "[controller]") {
+    ax::Config cfg;
+    ax::AdaptiveController c(cfg);
+    auto in = input(10000, 4, 4, 0.005);
+    CHECK(c(in).target == 4); // one round's wait
+    CHECK(c(in).target == 16);
+    in = input(10000, 16, 16, 0.005);
+    CHECK(c(in).target == 64);
+}
+
+TEST_CASE("AdaptiveController caps CPU-bound work near the cores", "[controller]") {
+    ax::Config cfg;
+    cfg.min_workers = 1;
+    ax::AdaptiveController c(cfg);
+    auto in = input(100, 2, 2, 0.03);
+    in.cpu_share = 0.99;
+    in.runqueue_share = 0.01;
+    auto d = c(in);
+    CHECK(d.target == 2); // cores x (cpu + blocked) / cpu = 2
+    CHECK(d.reason == ax::ControllerReason::cpu_bound);
+    // Oversubscribed at 40: runqueue wait dominates; the target falls to the cap once two
+    // samples agree.
+    in = input(100, 40, 40, 0.6);
+    in.cpu_share = 0.05;
+    in.runqueue_share = 0.95;
+    d = c(in);
+    CHECK(d.target <= 40);
+    in.cpu_share = 0.051;
+    d = c(in);
+    CHECK(d.reason == ax::ControllerReason::runqueue);
+    CHECK(d.target <= 3);
+    // IO-bound work: the cap is far away.
+    ax::AdaptiveController io(cfg);
+    in = input(1000, 4, 4, 0.005);
+    in.cpu_share = 0.004;
+    in.runqueue_share = 0.0;
+    CHECK(io(in).target == 16);
+}
+
+TEST_CASE("AdaptiveController shrinks idle pools in damped steps, holding within the margin",
+          "[controller]") {
+    ax::Config cfg;
+    ax::AdaptiveController c(cfg);
+    auto in = input(0, 200, 0, 0.005);
+    auto d = c(in);
+    CHECK(d.reason == ax::ControllerReason::idle);
+    CHECK(d.target == 100);        // half the surplus
+    in = input(0, 100, 90, 0.005); // 90 busy: within shrink_hysteresis of 100
+    d = c(in);
+    CHECK(d.target == 100);
+    CHECK(d.reason == ax::ControllerReason::hold);
+}
+
+TEST_CASE("BurstForecaster predicts evenly spaced bursts and nothing else", "[controller]") {
+    auto feed = [](ax::BurstForecaster& f, const std::vector<double>& starts, double until) {
+        double t = 0.0;
+        std::size_t next = 0;
+        bool busy = false;
+        while (t < until) {
+            std::uint64_t arrivals = 0;
+            if (next < starts.size() && t >= starts[next]) {
+                arrivals = 2000;
+                ++next;
+                busy = true;
+            } else {
+                busy = false;
+            }
+            f.observe(t, 0.1, arrivals, busy ? 500 : 0, busy ? 200 : 4);
+            t += 0.1;
+        }
+    };
+    ax::BurstForecaster periodic;
+    feed(periodic, {1.0, 4.0, 7.0, 10.0}, 11.0);
+    double next = 0.0;
+    REQUIRE(periodic.predict(next));
+    CHECK(next == Approx(13.0).margin(0.11));
+    CHECK(periodic.learned_peak() == 200);
+    CHECK(periodic.hint(next - 0.1, 0.1).floor == 200); // within the lead
+    CHECK(periodic.hint(next - 1.0, 0.1).floor == 0);   // well before it: no floor
+    CHECK(periodic.hint(next + 1.0, 0.1).floor == 0);   // a burst that did not come: lapsed
+
+    ax::BurstForecaster irregular;
+    feed(irregular, {1.0, 2.0, 6.0, 7.5}, 9.0);
+    CHECK_FALSE(irregular.predict(next));
+    CHECK(irregular.hint(8.5, 0.1).floor == 0);
+
+    ax::BurstForecaster steady; // a steady stream is one burst, never a pattern
+    for (int i = 0; i < 200; ++i)
+        steady.observe(i * 0.1, 0.1, 100, 0, 10);
+    CHECK_FALSE(steady.predict(next));
+}
+
+TEST_CASE("AdaptiveController grows no further while runqueue wait dominates", "[controller]") {
+    ax::Config cfg;
+    ax::AdaptiveController c(cfg);
+    // A big backlog, and a tiny CPU share per worker because other processes hold the cores:
+    // the cap alone would allow growth, the runqueue share forbids it.
+    auto in = input(10000, 8, 8, 0.1);
+    in.cpu_share = 0.01;
+    in.runqueue_share = 0.84;
+    const auto d = c(in);
+    CHECK(d.target == 8);
+    CHECK(d.reason == ax::ControllerReason::runqueue);
+    // Once the runqueue share falls, the backlog grows the pool again.
+    in.cpu_share = 0.02;
+    in.runqueue_share = 0.1;
+    CHECK(c(in).target > 8);
+}

@@ -176,7 +176,7 @@ TEST_CASE("without max_wait pressure the ring serves high first", "[scheduler][d
 
 TEST_CASE("the Little's-Law controller grows the target by at most +10 per round",
           "[scheduler][pool]") {
-    using Sched = ax::Scheduler<ax::ManualClock>;
+    using Sched = ax::Scheduler<ax::ManualClock, ax::LittleController>;
     ax::Config cfg;
     cfg.min_workers = 1;
     cfg.max_workers = 40;
@@ -264,7 +264,9 @@ TEST_CASE("invalid configs are rejected at construction, naming the field", "[sc
 
 TEST_CASE("a saturated pool scales out every tick, not every controller round",
           "[scheduler][pool]") {
-    using Sched = ax::Scheduler<ax::ManualClock>; // frozen time: no controller round fires
+    // The rule applies between the rounds of a policy without fast rounds (the seed's); frozen
+    // time: no controller round fires.
+    using Sched = ax::Scheduler<ax::ManualClock, ax::LittleController>;
     for (const bool enabled : {true, false}) {
         ax::Config cfg;
         cfg.min_workers = 1;

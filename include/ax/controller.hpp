@@ -39,6 +39,12 @@ struct ControllerInput {
     double runqueue_share = 0.0;
     /// Cores the process may run on.
     std::uint32_t cores = 1;
+    /// Submits since start, refused ones included (a policy diffs it between rounds for an
+    /// arrival rate that reacts within one round, which the window average cannot).
+    std::uint64_t offered_total = 0;
+    /// Seconds since the previous controller round (0 on the first round, and on rounds that run
+    /// within one reading of a frozen clock).
+    double elapsed_s = 0.0;
 };
 
 /// Why the controller set the target it did, for metrics and dashboards (bounded: one label
@@ -55,6 +61,15 @@ enum class ControllerReason : std::uint8_t {
     keep_warm,    ///< Holding workers through a short gap between predicted bursts.
     idle,         ///< Less work than workers: shrinking toward min_workers.
     queued_floor, ///< Queued work and no worker at all: one worker.
+};
+
+/// What a controller policy may answer instead of a plain target: the target, why, and the
+/// arrival rate its forecaster expects (0 without one). The scheduler clamps the target to
+/// [min_workers, max_workers] and reports all three in MetricsSnapshot::controller.
+struct ControllerDecision {
+    std::uint32_t target = 0;
+    ControllerReason reason = ControllerReason::hold;
+    double forecast_rate = 0.0;
 };
 
 /// Number of ControllerReason values (for renderers that enumerate them).
@@ -167,12 +182,17 @@ inline std::uint32_t saturation_target(const ControllerInput& in, const Config& 
     return cfg.max_workers - cur > cfg.max_step_up ? cur + cfg.max_step_up : cfg.max_workers;
 }
 
-/// Default controller policy of ax::Scheduler: Little's Law with step limits. A controller policy
-/// is any type constructible from `const Config&` with `std::uint32_t operator()(const
-/// ControllerInput&)` returning the new worker target; the scheduler clamps it to
-/// [min_workers, max_workers].
+/// The seed's controller (§2.1, §3.5): little_law_target() every controller_interval, with the
+/// saturation rule stepping up between rounds. Available as
+/// `ax::Scheduler<std::chrono::steady_clock, ax::LittleController>`; the default is
+/// ax::AdaptiveController (adaptive_controller.hpp). A controller policy is any type
+/// constructible from `const Config&` whose `operator()(const ControllerInput&)` returns the new
+/// worker target (a std::uint32_t, or a ControllerDecision with its reason); policies.hpp states
+/// the contract.
 class LittleController {
   public:
+    /// Policy name in MetricsSnapshot::controller.policy.
+    static constexpr const char* name = "little_law";
     /// Keeps a copy of the limits it needs.
     explicit LittleController(const Config& cfg) : cfg_(cfg) {}
     /// The new worker target.

@@ -1,6 +1,7 @@
 // ax — Adaptive eXchange Scheduler. SPDX-License-Identifier: MIT
 #pragma once
 
+#include "adaptive_controller.hpp"
 #include "clock.hpp"
 #include "config.hpp"
 #include "controller.hpp"
@@ -88,6 +89,7 @@ MetricsSnapshot SchedulerCore<Clock, Controller>::metrics() {
                     std::chrono::nanoseconds(std::max<std::int64_t>(0, now - at[p]));
     }
     telemetry_.fill(m, now_ns());
+    controller_state_.fill(m.controller);
     const std::vector<std::string> names = registry_.names();
     for (std::size_t g = 1; g <= names.size(); ++g) {
         const GroupId id{static_cast<std::uint16_t>(g)};
@@ -213,13 +215,14 @@ void SchedulerCore<Clock, Controller>::abandon() {
 /// The in-process scheduler: submit / cancel / query plus metrics and shutdown.
 ///
 /// Clock is the time source (std::chrono::steady_clock; ax::ManualClock in tests); Controller
-/// sizes the worker pool (ax::LittleController). policies.hpp states both contracts as concepts.
-/// `ax::Scheduler<> sched;` or `ax::Scheduler sched{cfg};` use the defaults.
+/// sizes the worker pool (ax::AdaptiveController; the seed's rule is ax::LittleController:
+/// `ax::Scheduler<std::chrono::steady_clock, ax::LittleController>`). policies.hpp states both
+/// contracts as concepts. `ax::Scheduler<> sched;` or `ax::Scheduler sched{cfg};` use the defaults.
 ///
 /// Thread-safety: every member function may be called from any thread, including from inside a
 /// running task.
 template <SchedulerClock Clock = std::chrono::steady_clock,
-          ControllerPolicy Controller = LittleController>
+          ControllerPolicy Controller = AdaptiveController>
 class Scheduler {
     using Core = detail::SchedulerCore<Clock, Controller>;
 

@@ -3,6 +3,7 @@
 
 #include "detail/notifier.hpp"
 #include "detail/record.hpp"
+#include "detail/sched_stat.hpp"
 #include "detail/spin_lock.hpp"
 #include "metrics.hpp"
 
@@ -73,6 +74,10 @@ template <class Host> class WorkerPool {
         /// refusal is counted once.
         std::uint64_t refused_token = no_attempt;
         std::atomic<bool> exited{false};
+        /// Kernel thread id, recorded once by the worker at start (0: unknown), and the tick's
+        /// previous reading of its schedstat (tick thread only; detail/sched_stat.hpp).
+        std::atomic<std::int32_t> tid{0};
+        SchedCursor sched;
         std::jthread thread;
         /// Host-specific per-worker state (e.g. its batch of finished slots).
         typename Host::WorkerLocal local;
@@ -96,12 +101,14 @@ template <class Host> class WorkerPool {
     /// Wakes every parked worker (shrink, shutdown).
     void notify_all() noexcept { notifier_.notify_all(); }
 
-    /// Sets the worker target (clamped to [min, max]). Surplus workers leave after their task.
+    /// Sets the worker target (at most max): the workers allowed to run tasks at once. Surplus
+    /// workers leave after their task, down to min_workers; a target below min_workers (a CPU
+    /// cap) keeps min_workers threads alive and parks the surplus without work.
     void set_target(std::uint32_t t) {
-        t = std::clamp(t, min_, max_);
+        t = std::min(t, max_);
         const auto old = target_.exchange(t, std::memory_order_acq_rel);
-        if (t < old)
-            notify_all();
+        if (t != old)
+            notify_all(); // shrink: surplus leaves or parks; growth: parked surplus may run
     }
 
     /// Creates threads toward the target, but only as many as queued work can use beyond the
@@ -364,27 +371,82 @@ template <class Host> class WorkerPool {
     void park() {
         notifier_.park([this] {
             return !host_.has_work() && !stopping_.load(std::memory_order_seq_cst) &&
-                   live_.load(std::memory_order_relaxed) <= target_.load(std::memory_order_relaxed);
+                   !should_retire();
+        });
+    }
+
+    /// try_retire() would let a worker go (live > target and above min_workers).
+    [[nodiscard]] bool should_retire() const noexcept {
+        const auto live = live_.load(std::memory_order_relaxed);
+        return live > target_.load(std::memory_order_relaxed) && live > min_;
+    }
+
+    /// Workers in a run of tasks, orphans (stuck, uncounted) excluded.
+    [[nodiscard]] std::uint32_t active_now() const noexcept {
+        const auto a = active_.load(std::memory_order_relaxed);
+        return a - std::min(a, orphans_now_.load(std::memory_order_relaxed));
+    }
+
+    /// Joins the active workers if the target has room (or `force`: the worker holds reserved
+    /// tasks nobody else will run). A CAS, so racing workers cannot overshoot the target.
+    bool try_activate(bool force) noexcept {
+        auto a = active_.load(std::memory_order_relaxed);
+        for (;;) {
+            const auto orphans = orphans_now_.load(std::memory_order_relaxed);
+            if (!force && a - std::min(a, orphans) >= target_.load(std::memory_order_relaxed))
+                return false;
+            if (active_.compare_exchange_weak(a, a + 1, std::memory_order_acq_rel))
+                return true;
+        }
+    }
+
+    /// Sleeps while the target allows no more running workers (a target below min_workers),
+    /// unless stopping or retiring. set_target wakes it.
+    void park_gated() {
+        notifier_.park([this] {
+            return !stopping_.load(std::memory_order_seq_cst) && !should_retire() &&
+                   active_now() >= target_.load(std::memory_order_relaxed);
         });
     }
 
     void loop(Worker& w) {
+        w.tid.store(current_thread_tid(), std::memory_order_release);
         host_.on_worker_start(w);
         bool retired = false;
+        // Active: in a run of tasks, counted in active_; at most `target` are (the gate), so a
+        // CPU cap below min_workers holds even though min_workers threads stay alive. Changes on
+        // idle transitions only; per task the gate costs three relaxed loads.
+        bool active = false;
         while (!stopping_.load(std::memory_order_acquire)) {
             if (!host_.holds_reserved(w) && try_retire()) {
                 retired = true;
                 break;
             }
+            if (!active) {
+                if (!try_activate(host_.holds_reserved(w))) {
+                    park_gated();
+                    continue;
+                }
+                active = true;
+            }
             if (host_.run_one(w)) {
                 if (w.orphaned.load(std::memory_order_acquire))
                     break;
+                if (active_now() > target_.load(std::memory_order_relaxed) &&
+                    !host_.holds_reserved(w)) {
+                    active_.fetch_sub(1, std::memory_order_acq_rel);
+                    active = false;
+                }
                 continue;
             }
+            active_.fetch_sub(1, std::memory_order_acq_rel);
+            active = false;
             if (spin_for_work())
                 continue;
             park();
         }
+        if (active)
+            active_.fetch_sub(1, std::memory_order_acq_rel);
         // A worker leaving for shutdown still counts in live_; keep the final stats honest.
         // An orphan was uncounted when it was set aside.
         if (w.orphaned.load(std::memory_order_acquire))
@@ -413,6 +475,7 @@ template <class Host> class WorkerPool {
     LatencyHistogram retired_run_time_;
     alignas(64) std::atomic<std::uint32_t> live_{0};
     std::atomic<std::uint32_t> target_{0};
+    std::atomic<std::uint32_t> active_{0};
     std::atomic<std::uint32_t> peak_{0};
     std::atomic<std::uint64_t> created_{0};
     std::atomic<bool> stopping_{false};

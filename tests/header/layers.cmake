@@ -10,13 +10,13 @@ set(AX_HEADER_LAYERS
     task.hpp=1 controller.hpp=1 detail/spin_lock.hpp=1
     # 2: the record and the public types built on the vocabulary
     detail/record.hpp=2 groups.hpp=2 hooks.hpp=2 dead_letters.hpp=2 priority_ring.hpp=2
-    policies.hpp=2
+    policies.hpp=2 adaptive_controller.hpp=2
     # 3: leaf machinery
     detail/slab.hpp=3 metrics.hpp=3 queue.hpp=3 detail/notifier.hpp=3 detail/error_text.hpp=3
-    detail/hook_caller.hpp=3
+    detail/hook_caller.hpp=3 detail/sched_stat.hpp=3
     # 4: stores (each owns its lock and its data)
     detail/host.hpp=4 detail/history.hpp=4 detail/joins.hpp=4 detail/groups.hpp=4
-    detail/telemetry.hpp=4 worker_pool.hpp=4
+    detail/telemetry.hpp=4 worker_pool.hpp=4 detail/controller_state.hpp=4
     # 4 too: renders a metrics snapshot (needs only metrics.hpp and its vocabulary)
     prometheus.hpp=4
     # 5: the task's public handles, the dispatcher

@@ -18,6 +18,7 @@
 #include "../tuning.hpp"
 #include "../worker_pool.hpp"
 #include "callable.hpp"
+#include "controller_state.hpp"
 #include "dispatcher.hpp"
 #include "groups.hpp"
 #include "history.hpp"
@@ -99,6 +100,8 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
                       cfg.queue_capacity),
           history_(*slab_, cfg.history_capacity), dead_letters_(cfg.dead_letter_capacity),
           jitter_(std::random_device{}()), hooks_(std::move(hooks)), controller_(cfg),
+          controller_state_(cfg, controller_policy_name<Controller>(),
+                            controller_fast_rounds<Controller>(), now_ns()),
           watchdog_ticks_(std::max<std::uint64_t>(
               1, static_cast<std::uint64_t>(cfg_.watchdog_interval / cfg_.dispatch_interval))),
           pool_(*this, notifier_, cfg.min_workers, cfg.max_workers, cfg.max_orphans) {}
@@ -239,6 +242,8 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
     void tick_loop(std::stop_token st);
     void tick();
     void fire_due_retries(std::int64_t now);
+    void control(std::int64_t now, ControllerInput& in);
+    void sample_workers(std::int64_t now, SchedDelta& sum);
     void check_drained();
     bool stop_ticker();
     void stop_threads();
@@ -260,11 +265,13 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
     Jitter jitter_;
     HookCaller hooks_;
     Controller controller_;
+    ControllerStore controller_state_;
 
     // Tick thread only (no lock: one thread).
     std::vector<std::uint32_t> due_;
     std::vector<Overdue> overdue_;
     std::uint64_t last_rejected_ = 0;
+    bool prescale_ = false; // the last round's reason was forecast
     std::uint64_t ticks_ = 0;
     const std::uint64_t watchdog_ticks_;
 

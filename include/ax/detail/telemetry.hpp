@@ -108,35 +108,30 @@ class CpuSampler {
 /// The metrics window and the figures the tick publishes from it for the hot paths (drain rate
 /// for retry_after, mean duration for the tiny-task rule, CPU use for metrics()).
 ///
-/// Lock it owns: `mutex_` (the metrics mutex) guards `window_` and `last_control_ns_`. Taken by
+/// Lock it owns: `mutex_` (the metrics mutex) guards `window_`. Taken by
 /// update() (the tick) and fill() (metrics()); never held with another lock.
 class Telemetry {
   public:
     /// A window of cfg.window_slots() one-second slots starting at `now_ns`.
-    Telemetry(const Config& cfg, std::int64_t now_ns)
-        : window_(cfg.window_slots()),
-          controller_interval_ns_(
-              std::chrono::duration_cast<std::chrono::nanoseconds>(cfg.controller_interval)
-                  .count()),
-          last_control_ns_(now_ns) {
+    Telemetry(const Config& cfg, std::int64_t now_ns) : window_(cfg.window_slots()) {
         window_.start(now_ns);
     }
 
-    /// Folds the counters into the window and publishes the drain rate and mean duration (into
-    /// `in` too). Returns whether a controller round is due (then `in.incoming_rate` is set).
-    bool update(std::int64_t now, const CumulativeCounters& c, std::uint32_t qlen,
+    /// Folds the counters into the window and publishes the drain rate and mean duration; fills
+    /// `in`'s window figures (mean duration, incoming and offered rates).
+    void update(std::int64_t now, const CumulativeCounters& c, std::uint32_t qlen,
                 ControllerInput& in) {
         std::lock_guard lock(mutex_);
         window_.update(now, c, qlen);
         drain_rate_.store(window_.drain_rate(now), std::memory_order_relaxed);
-        const auto avg = window_.sum().average_duration();
+        const MetricsSlot sum = window_.sum();
+        const auto avg = sum.average_duration();
         in.avg_duration_s = std::chrono::duration<double>(avg).count();
         avg_duration_s_.store(in.avg_duration_s, std::memory_order_relaxed);
-        if (now - last_control_ns_ < controller_interval_ns_)
-            return false;
-        last_control_ns_ = now;
-        in.incoming_rate = window_.incoming_rate(now);
-        return true;
+        // Never divide by less than 100 ms, as the window's own rates.
+        const double secs = std::max(window_.covered_seconds(now), 0.1);
+        in.incoming_rate = static_cast<double>(sum.incoming) / secs;
+        in.offered_rate = static_cast<double>(sum.incoming + sum.rejected) / secs;
     }
 
     /// Copies the window's figures into a snapshot.
@@ -173,9 +168,7 @@ class Telemetry {
   private:
     std::mutex mutex_;
     MetricsWindow window_; // under mutex_
-    const std::int64_t controller_interval_ns_;
-    std::int64_t last_control_ns_; // under mutex_
-    CpuSampler cpu_;               // tick thread only
+    CpuSampler cpu_;       // tick thread only
     std::atomic<double> drain_rate_{0.0};
     std::atomic<double> avg_duration_s_{0.0};
     std::atomic<double> cpu_util_{0.0};

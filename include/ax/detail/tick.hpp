@@ -56,18 +56,18 @@ void SchedulerCore<Clock, Controller>::tick() {
     // just below the limit most of the time).
     in.saturated = qlen >= queue_.soft_limit() || c.rejected > last_rejected_;
     last_rejected_ = c.rejected;
-    const bool control = telemetry_.update(now, c, qlen, in);
-    if (control) {
-        pool_.set_target(controller_(in));
-    } else if (const auto t = saturation_target(in, cfg_); t != in.current_target) {
-        pool_.set_target(t);
-    }
+    in.offered_total = c.incoming + c.rejected;
+    telemetry_.update(now, c, qlen, in);
+    control(now, in);
     // Queued work with no worker at all (min_workers = 0) cannot wait for a controller round.
     if (pool_.target() == 0 && (qlen > 0 || has_work()))
         pool_.set_target(1);
     pool_.reap();
     // Also while draining: queued work still needs its workers.
-    pool_.grow(std::max<std::uint32_t>(qlen + dispatcher_.children_queued(), has_work() ? 1 : 0));
+    // A forecast pre-scales: its workers start before the burst's work is queued.
+    pool_.grow(
+        std::max<std::uint32_t>({prescale_ ? pool_.target() : 0u,
+                                 qlen + dispatcher_.children_queued(), has_work() ? 1u : 0u}));
     if (++ticks_ % watchdog_ticks_ == 0)
         watchdog(now);
     dispatcher_.tick_breakers(
@@ -76,6 +76,54 @@ void SchedulerCore<Clock, Controller>::tick() {
     if (has_work())
         notifier_.notify_one(); // safety net: never leave queued work beside parked workers
     check_drained();
+}
+
+/// A controller round when one is due (ControllerStore::round_due), else, for a policy without
+/// fast rounds, the saturation rule.
+template <SchedulerClock Clock, ControllerPolicy Controller>
+void SchedulerCore<Clock, Controller>::control(std::int64_t now, ControllerInput& in) {
+    const auto d = controller_state_.step(now, in, controller_, cfg_, [&](SchedDelta& sum) {
+        if constexpr (real_time_clock<Clock>) {
+            sample_workers(now, sum);
+            return true;
+        } else {
+            (void)sum;
+            return false; // a test clock: busy times are not comparable with thread times
+        }
+    });
+    if (d) {
+        prescale_ = d->reason == ControllerReason::forecast;
+        pool_.set_target(d->target);
+        return;
+    }
+    if constexpr (!controller_fast_rounds<Controller>()) {
+        // Only when the rule fires: a target a CPU cap set below min_workers stays.
+        const auto t = saturation_target(in, cfg_);
+        if (t != std::clamp(in.current_target, cfg_.min_workers, cfg_.max_workers))
+            pool_.set_target(t);
+    }
+}
+
+/// Reads every worker's schedstat once and sums the deltas since the last sample (cost: see
+/// detail/sched_stat.hpp). Busy time is the worker's finished attempts plus the running one's
+/// age, on Clock (a real-time clock here).
+template <SchedulerClock Clock, ControllerPolicy Controller>
+void SchedulerCore<Clock, Controller>::sample_workers(std::int64_t now, SchedDelta& sum) {
+    pool_.for_each([&](Worker& w) {
+        std::uint64_t cpu = 0;
+        std::uint64_t wait = 0;
+        if (!read_schedstat(w.tid.load(std::memory_order_acquire), cpu, wait))
+            return;
+        std::int64_t busy = w.counters.busy_ns.load(std::memory_order_relaxed);
+        const auto claim = w.current.load(std::memory_order_acquire);
+        if (claim != no_attempt) {
+            const std::int64_t start = slab_->at(static_cast<std::uint32_t>(claim))
+                                           .start_ns.load(std::memory_order_relaxed);
+            if (start > 0 && now > start)
+                busy += now - start;
+        }
+        accumulate(w.sched, cpu, wait, busy, sum);
+    });
 }
 
 template <SchedulerClock Clock, ControllerPolicy Controller>

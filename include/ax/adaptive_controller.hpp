@@ -1,0 +1,340 @@
+// ax — Adaptive eXchange Scheduler. SPDX-License-Identifier: MIT
+#pragma once
+
+#include "config.hpp"
+#include "controller.hpp"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+/// The default controller policy of ax::Scheduler, and its burst forecaster. Both are pure state
+/// machines fed one ControllerInput per round: no clock, no thread, so the tests' simulator
+/// (tests/controller_sim.hpp) runs exactly this code in virtual time.
+namespace ax {
+
+/// A light forecaster for periodic bursts (seed §5.1's "predict the arrival pattern"): no model,
+/// only the start times of the last bursts. A round is hot when it brings at least
+/// `min_burst_tasks` arrivals at more than `hot_factor` times the baseline rate (an EWMA that
+/// follows quiet rounds quickly and hot ones slowly, so a steady stream stops looking hot within
+/// seconds). A burst starts with a hot round and ends when a round is neither hot nor leaves work
+/// queued. When the last four starts are evenly spaced (their three intervals within
+/// `period_tolerance` of the longest) the next start is predicted one period after the last, and
+/// the worker need the last burst reached is asked for from `lead` (1.1 rounds, or 5 % of the
+/// period if longer) before it until `lead` after it; then the prediction lapses until the next
+/// burst. Bursts at uneven intervals give no prediction, so a workload without a pattern is left
+/// alone.
+class BurstForecaster {
+  public:
+    /// Fewest arrivals in one round for it to count as hot (default 16).
+    static constexpr std::uint64_t min_burst_tasks = 16;
+    /// A hot round's rate exceeds the baseline by this factor (default 3).
+    static constexpr double hot_factor = 3.0;
+    /// Time constants of the baseline rate in quiet and in hot rounds, seconds.
+    static constexpr double quiet_tau_s = 2.0;
+    static constexpr double hot_tau_s = 10.0;
+    /// Largest relative difference of two intervals that still makes a period (default 0.2).
+    static constexpr double period_tolerance = 0.2;
+
+    /// What the forecaster asks of the controller this round: a floor under the target (0: none)
+    /// and the arrival rate it expects (0 outside a predicted burst).
+    struct Hint {
+        std::uint32_t floor = 0;
+        double rate = 0.0;
+    };
+
+    /// Feeds one round: the time `t` (seconds since the first round), the round's length `dt`,
+    /// the arrivals during it, the queue length now and the worker need the controller computed
+    /// from the load (without any forecast floor).
+    void observe(double t, double dt, std::uint64_t arrivals, std::uint32_t queue_length,
+                 std::uint32_t need) noexcept {
+        const double rate = dt > 0.0 ? static_cast<double>(arrivals) / dt : 0.0;
+        const bool hot = dt > 0.0 && arrivals >= min_burst_tasks && rate > hot_factor * base_;
+        if (dt > 0.0) {
+            const double tau = hot ? hot_tau_s : quiet_tau_s;
+            base_ += std::min(1.0, dt / tau) * (rate - base_);
+        }
+        if (!in_burst_ && hot) {
+            in_burst_ = true;
+            peak_ = need;
+            burst_tasks_ = 0;
+            burst_start_ = t;
+            for (std::size_t i = 0; i + 1 < starts_.size(); ++i)
+                starts_[i] = starts_[i + 1];
+            starts_.back() = t;
+            starts_seen_ = std::min<std::size_t>(starts_seen_ + 1, starts_.size());
+        }
+        if (in_burst_) {
+            peak_ = std::max(peak_, need);
+            burst_tasks_ += arrivals;
+            if (!hot && queue_length == 0) {
+                in_burst_ = false;
+                learned_peak_ = peak_;
+                const double len = std::max(t - burst_start_, dt);
+                learned_rate_ = static_cast<double>(burst_tasks_) / len;
+            }
+        }
+    }
+
+    /// The floor and rate for the round at time `t`, given the controller's round length
+    /// `round_s` (the lead is a little over one round, so some round falls inside it).
+    [[nodiscard]] Hint hint(double t, double round_s) const noexcept {
+        Hint h;
+        double next = 0.0;
+        if (in_burst_ || !predict(next))
+            return h;
+        const double p = period_s();
+        const double lead = std::max(1.1 * round_s, 0.05 * p);
+        if (t >= next - lead && t <= next + lead) {
+            h.floor = learned_peak_;
+            h.rate = learned_rate_;
+        }
+        return h;
+    }
+
+    /// Whether the last bursts were evenly spaced; `next` gets the predicted start.
+    [[nodiscard]] bool predict(double& next) const noexcept {
+        if (starts_seen_ < starts_.size() || learned_peak_ == 0)
+            return false;
+        const double p = period_s();
+        if (p <= 0.0)
+            return false;
+        next = starts_.back() + p;
+        return true;
+    }
+
+    /// The period of the last four bursts, or 0 when their three intervals were not evenly
+    /// spaced (each within period_tolerance of the longest).
+    [[nodiscard]] double period_s() const noexcept {
+        if (starts_seen_ < starts_.size())
+            return 0.0;
+        double lo = 1e300;
+        double hi = 0.0;
+        for (std::size_t i = 1; i < starts_.size(); ++i) {
+            const double d = starts_[i] - starts_[i - 1];
+            lo = std::min(lo, d);
+            hi = std::max(hi, d);
+        }
+        if (lo <= 0.0 || hi - lo > period_tolerance * hi)
+            return 0.0;
+        return (starts_.back() - starts_.front()) / static_cast<double>(starts_.size() - 1);
+    }
+
+    /// Whether a burst is under way (between its first hot round and its drained end).
+    [[nodiscard]] bool in_burst() const noexcept { return in_burst_; }
+    /// Worker need the last finished burst reached.
+    [[nodiscard]] std::uint32_t learned_peak() const noexcept { return learned_peak_; }
+
+  private:
+    double base_ = 0.0;
+    bool in_burst_ = false;
+    std::uint32_t peak_ = 0;
+    std::uint32_t learned_peak_ = 0;
+    double learned_rate_ = 0.0;
+    std::uint64_t burst_tasks_ = 0;
+    double burst_start_ = 0.0;
+    std::array<double, 4> starts_{};
+    std::size_t starts_seen_ = 0;
+};
+
+/// The default controller of ax::Scheduler: sizes the pool from what the workers' time is spent
+/// on, with no step limit tied to the queue's size, so it needs no tuning for IO-bound,
+/// CPU-bound or mixed work (docs/tuning.md explains each input).
+///
+/// Each round (fast_rounds: every controller_interval / 20, and at once when queued work outgrows
+/// a pool at its target) it computes, with d the mean attempt duration and the shares of the
+/// workers' busy time measured per worker from the kernel (cpu, runqueue, blocked = the rest):
+///   d_eff    = d x (1 - runqueue share)      the duration without oversubscription's inflation
+///   in use   = busy workers x (1 - runqueue)  Little's L = arrival rate x d_eff, measured
+///   demand   = offered rate x d_eff           only while saturated (refusals hide the backlog)
+///   backlog  = queue_length x d_eff / backlog_horizon_s  (the admitted queue, whatever its size)
+///   need     = max(in use, demand) + backlog
+///   cpu cap  = cores x (cpu + blocked) / cpu  the useful concurrency of this work
+/// It grows to min(need, cpu cap) at once; it shrinks when need falls under shrink_hysteresis of
+/// the target, by half the surplus per round (at least Config::max_step_down), and straight to
+/// the cap while the runqueue share exceeds the CPU share. Before any attempt finished it
+/// doubles the pool per round while work is queued. The BurstForecaster's floor then pre-scales
+/// ahead of a predicted burst and keeps its workers through a short gap.
+/// Config::max_step_up and drain_time are not used (they shape LittleController).
+class AdaptiveController {
+  public:
+    /// Policy name in MetricsSnapshot::controller.policy.
+    static constexpr const char* name = "adaptive";
+    /// Asks the scheduler for fast rounds (see ControllerPolicy).
+    static constexpr bool fast_rounds = true;
+    /// Time within which the admitted backlog should be drained (default 100 ms): short,
+    /// because for blocked work more workers cost no more thread-seconds while they are busy,
+    /// and the CPU cap bounds CPU-bound work anyway.
+    static constexpr double backlog_horizon_s = 0.1;
+    /// Shrink only when the need is below this share of the target (default 0.8): a margin
+    /// for arrival noise, and the damping that keeps direction changes rare.
+    static constexpr double shrink_hysteresis = 0.8;
+    /// Runqueue share of the busy time above which waiting for a CPU dominates (default 0.5):
+    /// the pool grows no further and shrinks to the CPU cap.
+    static constexpr double runqueue_dominates = 0.5;
+    /// Weight of each new share sample (default 0.5).
+    static constexpr double share_smoothing = 0.5;
+    /// Largest growth of the target per round, as a factor (default 4): from 4 workers to 200
+    /// in three rounds, each after a fresh sample of the shares, so the pool never outgrows
+    /// what a sample of a few workers showed.
+    static constexpr double growth_factor = 4.0;
+
+    /// Keeps a copy of the limits it needs; `forecast` false leaves the BurstForecaster out (it
+    /// still observes, but never sets a floor).
+    explicit AdaptiveController(const Config& cfg, bool forecast = true)
+        : cfg_(cfg), forecast_(forecast),
+          round_s_(std::max(std::chrono::duration<double>(cfg.controller_interval).count() / 20.0,
+                            std::chrono::duration<double>(cfg.dispatch_interval).count())) {}
+
+    /// One round: the new target and why.
+    ControllerDecision operator()(const ControllerInput& in) noexcept {
+        // A CPU cap may hold the target below min_workers (the pool keeps those threads parked).
+        const std::uint32_t cur = std::clamp(in.current_target, 1u, cfg_.max_workers);
+        // The first round covers everything since start (one round's length, as far as rates go).
+        const double dt = seen_ ? std::max(0.0, in.elapsed_s) : round_s_;
+        const std::uint64_t arrivals =
+            in.offered_total >= last_offered_ ? in.offered_total - last_offered_ : 0;
+        last_offered_ = in.offered_total;
+        seen_ = true;
+        t_ += dt;
+        if (dt > 0.0) {
+            const double a = std::min(1.0, dt / rate_tau_s);
+            rate_ += a * (static_cast<double>(arrivals) / dt - rate_);
+        }
+        // A new sample (the scheduler reuses the last one between samples).
+        const bool fresh = in.cpu_share + in.runqueue_share > 0.0 &&
+                           (in.cpu_share != last_cpu_in_ || in.runqueue_share != last_rq_in_);
+        if (fresh) {
+            const double a = shares_known_ ? share_smoothing : 1.0;
+            cpu_ += a * (std::clamp(in.cpu_share, 0.0, 1.0) - cpu_);
+            rq_ += a * (std::clamp(in.runqueue_share, 0.0, 1.0) - rq_);
+            shares_known_ = true;
+            last_cpu_in_ = in.cpu_share;
+            last_rq_in_ = in.runqueue_share;
+        }
+        const double rq = shares_known_ ? rq_ : 0.0;
+        const double hi = cfg_.max_workers;
+
+        // The useful concurrency of this work: cores x (cpu + blocked) / cpu, widened by the
+        // blocked share (mixed work's CPU phases collide; a few more workers keep the cores
+        // busy) and exactly the cores for pure CPU work.
+        double cap = hi;
+        if (shares_known_ && cpu_ > 1e-3) {
+            const double blocked = std::max(0.0, 1.0 - cpu_ - rq);
+            cap = std::clamp(std::floor(std::max<std::uint32_t>(in.cores, 1) * (1.0 - rq) / cpu_ *
+                                            (1.0 + blocked) +
+                                        0.5),
+                             1.0, hi);
+        }
+        // The cap lowers the target only after two fresh samples in a row put it below: one
+        // sample can catch a transient (a burst's workers all waking at once).
+        if (fresh)
+            cap_low_samples_ = cap < cur ? cap_low_samples_ + 1 : 0;
+        const bool cap_confirmed = cap_low_samples_ >= 2;
+
+        ControllerReason why = ControllerReason::little_law;
+        double need = 0.0;
+        const double d = std::max(0.0, in.avg_duration_s) * (1.0 - rq);
+        if (d <= 0.0) {
+            // Nothing finished yet: every queued task may be long. Double while work waits.
+            need = in.queue_length > 0 ? std::min<double>(in.busy_workers + in.queue_length,
+                                                          std::max<double>(2.0 * cur, 1.0))
+                                       : in.busy_workers;
+            if (in.queue_length > 0)
+                why = ControllerReason::backlog;
+        } else {
+            const double in_use = in.busy_workers * (1.0 - rq);
+            const double demand = in.saturated ? std::max(0.0, rate_) * d : 0.0;
+            const double backlog = in.queue_length * d / backlog_horizon_s;
+            need = std::max(in_use, demand) + backlog;
+            if (in.saturated && demand > in_use)
+                why = ControllerReason::saturated;
+            else if (backlog > in_use)
+                why = ControllerReason::backlog;
+            if (in.saturated && in.busy_workers >= in.live_workers && in.live_workers >= cur)
+                need = std::max(need, 2.0 * cur); // refusals at a full queue hide the backlog
+        }
+        if (in.queue_length > 0)
+            need = std::max(need, 1.0);
+        need = std::min(std::ceil(need - 1e-9), hi);
+        fc_.observe(t_, dt, arrivals, in.queue_length,
+                    static_cast<std::uint32_t>(std::max(0.0, need)));
+
+        double want = need;
+        if (want > cap) {
+            want = cap;
+            why = ControllerReason::cpu_bound;
+        }
+        double next = cur;
+        const bool waits_for_cpu = shares_known_ && rq_ > runqueue_dominates;
+        if (waits_for_cpu && cur > cap) {
+            // Oversubscribed: workers wait for a CPU more than they run. Shrink to the cap once
+            // two samples agree.
+            next = cap_confirmed ? cap : cur;
+            why = ControllerReason::runqueue;
+        } else if (want > cur && waits_for_cpu) {
+            // Grow no further while runqueue wait dominates (whoever causes it: more threads
+            // would only queue behind the others).
+            why = ControllerReason::runqueue;
+        } else if (want > cur && !shares_known_ && in.busy_workers > 0 && ++blind_rounds_ < 2) {
+            // Work started but nothing measured yet: this round's sample primes the workers'
+            // cursors, the next one shows whether the work is CPU-bound. Wait one round rather
+            // than grow blind (where shares are never measured this only delays by a round).
+            why = ControllerReason::hold;
+        } else if (want > cur) {
+            next = std::min(want, std::max(growth_factor * cur, cur + growth_factor));
+        } else if (want < cur) {
+            if (why == ControllerReason::cpu_bound) {
+                next = cap_confirmed ? want : cur;
+            } else if (want < shrink_hysteresis * cur) {
+                const double step =
+                    std::max<double>(cfg_.max_step_down, std::ceil((cur - want) / 2.0));
+                next = std::max(want, cur - step);
+                why = ControllerReason::idle;
+            } else {
+                why = ControllerReason::hold;
+            }
+        } else if (why != ControllerReason::cpu_bound) {
+            why = ControllerReason::hold;
+        }
+
+        const BurstForecaster::Hint h =
+            forecast_ ? fc_.hint(t_, round_s_) : BurstForecaster::Hint{};
+        const double floor = std::min<double>(h.floor, cap);
+        if (h.floor > 0 && next < floor) {
+            why = floor > cur ? ControllerReason::forecast : ControllerReason::keep_warm;
+            next = floor;
+        }
+        const bool capped = why == ControllerReason::cpu_bound || why == ControllerReason::runqueue;
+        next = std::clamp(next, capped ? 1.0 : static_cast<double>(cfg_.min_workers), hi);
+        if (in.queue_length > 0)
+            next = std::max(next, 1.0);
+        return {static_cast<std::uint32_t>(next), why, h.rate};
+    }
+
+    /// The forecaster's state (tests, diagnostics).
+    [[nodiscard]] const BurstForecaster& forecaster() const noexcept { return fc_; }
+
+  private:
+    static constexpr double rate_tau_s = 0.5;
+    Config cfg_;
+    bool forecast_;
+    double round_s_;
+    double t_ = 0.0;
+    bool seen_ = false;
+    std::uint64_t last_offered_ = 0;
+    double rate_ = 0.0;
+    bool shares_known_ = false;
+    double cpu_ = 0.0;
+    double rq_ = 0.0;
+    double last_cpu_in_ = -1.0;
+    double last_rq_in_ = -1.0;
+    int cap_low_samples_ = 0;
+    int blind_rounds_ = 0;
+    BurstForecaster fc_;
+};
+
+} // namespace ax

@@ -1,0 +1,117 @@
+// ax — Adaptive eXchange Scheduler. SPDX-License-Identifier: MIT
+#pragma once
+
+#include "../controller.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <system_error>
+#include <type_traits>
+
+/// Per-thread CPU and runqueue time from the kernel, and the shares of the workers' busy time the
+/// controller reads (ControllerInput::cpu_share / runqueue_share).
+///
+/// Cost (measured on the 2-core development machine, ../shared/notes/machine-costs.md style): one
+/// read of /proc/self/task/<tid>/schedstat (fopen + fscanf + fclose) takes ~8 us, so the tick
+/// reads each worker once per sampling period (a controller round, at most every
+/// controller_interval / 20), never per task: 200 workers every 100 ms is ~1.6 ms of one core per
+/// 100 ms, and CPU-bound work runs with only a few workers. A worker finds its thread id once, at
+/// start (read_symlink of /proc/thread-self). Where /proc is missing (not Linux) every read fails,
+/// the shares stay 0 (unknown) and the controller falls back on durations alone.
+namespace ax::detail {
+
+/// The calling thread's kernel thread id (from /proc/thread-self), or 0 where unavailable.
+inline std::int32_t current_thread_tid() noexcept {
+    std::error_code ec;
+    const auto p = std::filesystem::read_symlink("/proc/thread-self", ec);
+    if (ec)
+        return 0;
+    const std::string s = p.filename().string(); // "<pid>/task/<tid>"
+    std::int32_t tid = 0;
+    for (const char ch : s) {
+        if (ch < '0' || ch > '9')
+            return 0;
+        tid = tid * 10 + (ch - '0');
+    }
+    return tid;
+}
+
+/// Reads thread `tid`'s time on a CPU and waiting on a runqueue, in ns, from
+/// /proc/self/task/<tid>/schedstat. False (outputs untouched) when it cannot.
+inline bool read_schedstat(std::int32_t tid, std::uint64_t& cpu_ns,
+                           std::uint64_t& wait_ns) noexcept {
+    if (tid <= 0)
+        return false;
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/self/task/%d/schedstat", static_cast<int>(tid));
+    std::FILE* f = std::fopen(path, "r");
+    if (f == nullptr)
+        return false;
+    unsigned long long cpu = 0;
+    unsigned long long wait = 0;
+    const bool ok = std::fscanf(f, "%llu %llu", &cpu, &wait) == 2;
+    std::fclose(f);
+    if (ok) {
+        cpu_ns = cpu;
+        wait_ns = wait;
+    }
+    return ok;
+}
+
+/// A worker's previous sample (tick thread only; kept in the pool's per-worker slot).
+struct SchedCursor {
+    std::uint64_t cpu_ns = 0;
+    std::uint64_t wait_ns = 0;
+    std::int64_t busy_ns = 0;
+    bool primed = false;
+};
+
+/// What the workers did over one sampling period, summed over workers: time on a CPU, time
+/// waiting for one, and wall time inside task bodies.
+struct SchedDelta {
+    std::uint64_t cpu_ns = 0;
+    std::uint64_t wait_ns = 0;
+    std::int64_t busy_ns = 0;
+};
+
+/// Folds one worker's new readings into `sum`, advancing its cursor. The first sample of a
+/// worker only primes its cursor. Negative deltas (a counter read while it moved) count as 0.
+inline void accumulate(SchedCursor& c, std::uint64_t cpu_ns, std::uint64_t wait_ns,
+                       std::int64_t busy_ns, SchedDelta& sum) noexcept {
+    if (c.primed) {
+        sum.cpu_ns += cpu_ns > c.cpu_ns ? cpu_ns - c.cpu_ns : 0;
+        sum.wait_ns += wait_ns > c.wait_ns ? wait_ns - c.wait_ns : 0;
+        sum.busy_ns += std::max<std::int64_t>(0, busy_ns - c.busy_ns);
+    }
+    c = SchedCursor{cpu_ns, wait_ns, busy_ns, true};
+}
+
+/// The input computation the tick and the tests' simulator share: the shares of the workers'
+/// busy wall time spent on a CPU and on a runqueue (the rest is blocked). The busy time is at
+/// least CPU + runqueue time (the dispatch loop and idle spinning run outside task bodies).
+/// Both 0 when nothing was measured.
+inline void shares_from(const SchedDelta& d, double& cpu_share, double& runqueue_share) noexcept {
+    const double cpu = static_cast<double>(d.cpu_ns);
+    const double wait = static_cast<double>(d.wait_ns);
+    const double wall = std::max(static_cast<double>(d.busy_ns), cpu + wait);
+    if (wall <= 0.0) {
+        cpu_share = runqueue_share = 0.0;
+        return;
+    }
+    // A measured share is never exactly 0 (0 and 0 mean "not measured"): workers that only
+    // blocked report a CPU share of 1e-6.
+    cpu_share = std::max(cpu / wall, 1e-6);
+    runqueue_share = wait / wall;
+}
+
+/// Whether Clock's durations are real time, comparable with the kernel's thread times (a test
+/// clock such as ax::ManualClock is not: then the shares stay unknown).
+template <class Clock>
+inline constexpr bool real_time_clock = std::is_same_v<Clock, std::chrono::steady_clock> ||
+                                        std::is_same_v<Clock, std::chrono::system_clock>;
+
+} // namespace ax::detail

@@ -1,0 +1,345 @@
+// A deterministic simulator of ax's worker pool for controller tests: virtual time, N cores
+// shared by the runnable workers (processor sharing, so runqueue wait appears as soon as more
+// workers run CPU phases than there are cores), tasks made of a CPU part and a blocked part, and
+// arrival lists. It runs the real controller code — the policy object, detail::Telemetry (the
+// metrics window), detail::ControllerStore::step with the same per-worker schedstat
+// accumulation (detail::accumulate / shares_from) the tick uses — in milliseconds, without
+// threads. The pool follows WorkerPool's rules: threads are created only for queued work beyond
+// the idle workers (or a forecast's pre-scale), one thread start costs `spawn_s` of serial time,
+// and a surplus worker leaves only when idle.
+#pragma once
+
+#include <algorithm>
+#include <ax/adaptive_controller.hpp>
+#include <ax/config.hpp>
+#include <ax/controller.hpp>
+#include <ax/detail/controller_state.hpp>
+#include <ax/detail/sched_stat.hpp>
+#include <ax/detail/telemetry.hpp>
+#include <ax/metrics.hpp>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+namespace ax_sim {
+
+/// One task: `cpu_s` of CPU first, then `blocked_s` asleep (IO).
+struct Task {
+    double cpu_s = 0.0;
+    double blocked_s = 0.0;
+};
+
+/// A task offered at time `t` (seconds).
+struct Arrival {
+    double t = 0.0;
+    Task task;
+};
+
+/// The simulated machine and run.
+struct Setup {
+    ax::Config cfg;
+    std::uint32_t cores = 2;
+    /// Virtual time step (seconds); the tick runs every cfg.dispatch_interval.
+    double step_s = 0.25e-3;
+    /// Serial cost of starting one thread (seconds, measured ~30 us here).
+    double spawn_s = 30e-6;
+    /// Throughput lost per runnable worker beyond the cores (cache and switch cost): CPU progress
+    /// is share / (1 + penalty x (runnable - cores) / cores).
+    double oversubscription_penalty = 0.02;
+    /// Give up after this much virtual time.
+    double max_time_s = 600.0;
+};
+
+/// What a run measured.
+struct Result {
+    double makespan_s = 0.0;        ///< Last completion.
+    double thread_seconds = 0.0;    ///< Integral of live workers over the run.
+    std::uint32_t peak_workers = 0; ///< Most live workers.
+    std::uint32_t peak_busy = 0;    ///< Most workers inside a task at once.
+    std::uint64_t rounds = 0, changes = 0, direction_changes = 0;
+    std::uint64_t rejected = 0;
+    std::vector<double> wait_s;                     ///< Per task (arrival order): start - arrival.
+    std::vector<double> busy_trace;                 ///< Busy workers at each tick.
+    std::vector<std::uint32_t> target_trace;        ///< Target at each tick.
+    std::vector<ax::ControllerReason> reason_trace; ///< Reason of the last round at each tick.
+    double tick_s = 0.0;                            ///< Time between trace entries.
+    bool finished = false;
+};
+
+namespace detail {
+
+struct Worker {
+    int task = -1; // index into the arrival list, -1 idle
+    double cpu_left = 0.0;
+    double blocked_left = 0.0;
+    double started = 0.0;
+    double available_at = 0.0; // thread start cost
+    // Kernel-style counters (ns) and the tick's cursor.
+    double cpu_ns = 0.0;
+    double wait_ns = 0.0;
+    double busy_ns = 0.0; // finished attempts
+    ax::detail::SchedCursor cursor;
+};
+
+inline std::int64_t ns(double s) {
+    return static_cast<std::int64_t>(std::llround(s * 1e9));
+}
+
+} // namespace detail
+
+/// Runs `arrivals` (sorted by t) through the pool with `policy`. The producer re-offers a
+/// refused task on every tick (one refusal counted per tick, like a producer obeying
+/// retry_after).
+template <class Policy>
+Result run(const Setup& s, const std::vector<Arrival>& arrivals, Policy& policy) {
+    const ax::Config& cfg = s.cfg;
+    const double tick_s = std::chrono::duration<double>(cfg.dispatch_interval).count();
+    const auto soft_limit = std::clamp<std::uint32_t>(
+        static_cast<std::uint32_t>(cfg.soft_limit_ratio * cfg.queue_capacity), 1,
+        cfg.queue_capacity);
+    const std::int64_t t0 = 1'000'000'000; // virtual epoch (ns)
+    ax::detail::Telemetry telemetry(cfg, t0);
+    ax::detail::ControllerStore store(cfg, ax::detail::controller_policy_name<Policy>(),
+                                      ax::detail::controller_fast_rounds<Policy>(), t0);
+    store.set_cores(s.cores);
+
+    Result r;
+    r.tick_s = tick_s;
+    r.wait_s.assign(arrivals.size(), -1.0);
+    std::vector<detail::Worker> workers(cfg.min_workers);
+    std::uint32_t target = cfg.min_workers;
+    std::deque<int> queue;
+    std::size_t next_arrival = 0;
+    std::uint64_t incoming = 0, rejected = 0, completed = 0;
+    std::int64_t duration_ns = 0;
+    std::uint64_t last_rejected = 0;
+    std::size_t done = 0;
+    bool prescale = false;
+    bool refused_this_tick = false;
+    double cpu_util = 0.0, cpu_used_tick = 0.0;
+    double spawn_clock = 0.0; // when the next thread can start (serial creation)
+    const auto steps_per_tick = std::max<long>(1, std::lround(tick_s / s.step_s));
+    const double h = tick_s / static_cast<double>(steps_per_tick);
+
+    auto spawn = [&](std::uint32_t n, double now) {
+        spawn_clock = std::max(spawn_clock, now);
+        for (std::uint32_t i = 0; i < n; ++i) {
+            spawn_clock += s.spawn_s;
+            detail::Worker w;
+            w.available_at = spawn_clock;
+            workers.push_back(w);
+        }
+    };
+
+    double now = 0.0;
+    for (long step = 0; now < s.max_time_s; ++step) {
+        // Arrivals up to now; refused ones wait for the next tick.
+        while (next_arrival < arrivals.size() && arrivals[next_arrival].t <= now) {
+            if (queue.size() >= cfg.queue_capacity) {
+                if (!refused_this_tick) {
+                    ++rejected;
+                    refused_this_tick = true;
+                }
+                break;
+            }
+            queue.push_back(static_cast<int>(next_arrival));
+            ++incoming;
+            ++next_arrival;
+        }
+        // Idle, started workers take queued tasks while fewer than `target` run (WorkerPool's
+        // gate: a CPU cap below min_workers parks the rest); a surplus one leaves instead (as
+        // try_retire, checked before each dispatch).
+        std::size_t running = 0;
+        for (const auto& w : workers)
+            running += w.task >= 0 ? 1 : 0;
+        for (std::size_t i = workers.size(); i-- > 0;) {
+            auto& w = workers[i];
+            if (w.task >= 0 || w.available_at > now)
+                continue;
+            if (workers.size() > std::max(target, cfg.min_workers)) {
+                workers.erase(workers.begin() + static_cast<std::ptrdiff_t>(i));
+                continue;
+            }
+            if (queue.empty() || running >= target)
+                continue;
+            ++running;
+            {
+                w.task = queue.front();
+                queue.pop_front();
+                const Task& t = arrivals[static_cast<std::size_t>(w.task)].task;
+                w.cpu_left = t.cpu_s;
+                w.blocked_left = t.blocked_s;
+                w.started = now;
+                r.wait_s[static_cast<std::size_t>(w.task)] =
+                    now - arrivals[static_cast<std::size_t>(w.task)].t;
+            }
+        }
+        // Processor sharing among the workers in a CPU phase.
+        std::size_t runnable = 0, busy = 0;
+        for (const auto& w : workers) {
+            busy += w.task >= 0 ? 1 : 0;
+            runnable += w.task >= 0 && w.cpu_left > 0.0 ? 1 : 0;
+        }
+        r.peak_busy = std::max<std::uint32_t>(r.peak_busy, static_cast<std::uint32_t>(busy));
+        const double share =
+            runnable == 0 ? 1.0 : std::min(1.0, s.cores / static_cast<double>(runnable));
+        const double over =
+            runnable > s.cores ? (runnable - s.cores) / static_cast<double>(s.cores) : 0.0;
+        const double progress = share / (1.0 + s.oversubscription_penalty * over);
+        for (auto& w : workers) {
+            if (w.task < 0)
+                continue;
+            double left = h;
+            if (w.cpu_left > 0.0) {
+                const double used = std::min(h, w.cpu_left / progress);
+                w.cpu_left -= progress * used;
+                w.cpu_ns += share * used * 1e9;
+                w.wait_ns += (1.0 - share) * used * 1e9;
+                cpu_used_tick += share * used;
+                left -= used;
+                if (w.cpu_left < 1e-12)
+                    w.cpu_left = 0.0;
+            }
+            if (w.cpu_left <= 0.0 && left > 0.0)
+                w.blocked_left -= left;
+            if (w.cpu_left <= 0.0 && w.blocked_left <= 0.0) {
+                const double d = now + h - w.started;
+                w.busy_ns += d * 1e9;
+                duration_ns += detail::ns(d);
+                ++completed;
+                ++done;
+                r.makespan_s = now + h;
+                w.task = -1;
+            }
+        }
+        r.thread_seconds += static_cast<double>(workers.size()) * h;
+        now += h;
+        if (done == arrivals.size()) {
+            r.finished = true;
+            break;
+        }
+        if ((step + 1) % steps_per_tick != 0)
+            continue;
+
+        // ---- the tick --------------------------------------------------------------------------
+        refused_this_tick = false;
+        const std::int64_t now_ns = t0 + detail::ns(now);
+        ax::detail::CumulativeCounters c;
+        c.incoming = incoming;
+        c.rejected = rejected;
+        c.completed = completed;
+        c.duration_ns = duration_ns;
+        const auto qlen = static_cast<std::uint32_t>(queue.size());
+        std::uint32_t live = 0, nbusy = 0;
+        for (const auto& w : workers) {
+            ++live;
+            nbusy += w.task >= 0 ? 1 : 0;
+        }
+        ax::ControllerInput in;
+        in.queue_length = qlen;
+        in.current_target = target;
+        in.live_workers = live;
+        in.busy_workers = nbusy;
+        cpu_util =
+            ax::Tuning::cpu_smoothing * cpu_util +
+            (1.0 - ax::Tuning::cpu_smoothing) * std::min(1.0, cpu_used_tick / (tick_s * s.cores));
+        cpu_used_tick = 0.0;
+        in.cpu_utilization = cpu_util;
+        in.saturated = qlen >= soft_limit || rejected > last_rejected;
+        last_rejected = rejected;
+        in.offered_total = incoming + rejected;
+        telemetry.update(now_ns, c, qlen, in);
+        const auto d = store.step(now_ns, in, policy, cfg, [&](ax::detail::SchedDelta& sum) {
+            for (auto& w : workers) {
+                double busy_ns = w.busy_ns;
+                if (w.task >= 0)
+                    busy_ns += (now - w.started) * 1e9;
+                ax::detail::accumulate(w.cursor, static_cast<std::uint64_t>(w.cpu_ns),
+                                       static_cast<std::uint64_t>(w.wait_ns),
+                                       static_cast<std::int64_t>(busy_ns), sum);
+            }
+            return true;
+        });
+        if (d) {
+            prescale = d->reason == ax::ControllerReason::forecast;
+            target = d->target;
+        } else if constexpr (!ax::detail::controller_fast_rounds<Policy>()) {
+            const auto t = ax::saturation_target(in, cfg);
+            if (t != std::clamp(in.current_target, cfg.min_workers, cfg.max_workers))
+                target = t;
+        }
+        if (target == 0 && qlen > 0)
+            target = 1;
+        // Surplus idle workers leave (above min_workers).
+        for (std::size_t i = workers.size();
+             i-- > 0 && workers.size() > std::max(target, cfg.min_workers);)
+            if (workers[i].task < 0)
+                workers.erase(workers.begin() + static_cast<std::ptrdiff_t>(i));
+        // Growth as WorkerPool::grow: only for queued work beyond the idle workers.
+        live = static_cast<std::uint32_t>(workers.size());
+        std::uint32_t idle = 0;
+        for (const auto& w : workers)
+            idle += w.task < 0 ? 1 : 0;
+        const std::uint32_t queued = std::max(prescale ? target : 0u, qlen);
+        if (live < target && queued > idle)
+            spawn(std::min(target - live, queued - idle), now);
+        r.peak_workers =
+            std::max<std::uint32_t>(r.peak_workers, static_cast<std::uint32_t>(workers.size()));
+        r.busy_trace.push_back(nbusy);
+        r.target_trace.push_back(target);
+        ax::ControllerStats st;
+        store.fill(st);
+        r.reason_trace.push_back(st.reason);
+        r.rounds = st.rounds;
+        r.changes = st.changes;
+        r.direction_changes = st.direction_changes;
+    }
+    r.rejected = rejected;
+    return r;
+}
+
+/// `n` copies of `t` arriving at `at`.
+inline void burst(std::vector<Arrival>& out, double at, std::size_t n, Task t) {
+    for (std::size_t i = 0; i < n; ++i)
+        out.push_back({at, t});
+}
+
+/// `n` copies of `t` arriving evenly over [from, from + n / rate).
+inline void stream(std::vector<Arrival>& out, double from, std::size_t n, double rate, Task t) {
+    for (std::size_t i = 0; i < n; ++i)
+        out.push_back({from + static_cast<double>(i) / rate, t});
+}
+
+/// The p-quantile (0..1) of the waits of arrivals [first, first + n).
+inline double wait_quantile(const Result& r, std::size_t first, std::size_t n, double p) {
+    std::vector<double> w(r.wait_s.begin() + static_cast<std::ptrdiff_t>(first),
+                          r.wait_s.begin() + static_cast<std::ptrdiff_t>(first + n));
+    std::sort(w.begin(), w.end());
+    const auto i = static_cast<std::size_t>(std::ceil(p * static_cast<double>(w.size()))) - 1;
+    return w[std::min(i, w.size() - 1)];
+}
+
+/// Mean of the busy trace over [from_s, to_s).
+inline double mean_busy(const Result& r, double from_s, double to_s) {
+    double sum = 0.0;
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < r.busy_trace.size(); ++i) {
+        const double t = static_cast<double>(i + 1) * r.tick_s;
+        if (t >= from_s && t < to_s) {
+            sum += r.busy_trace[i];
+            ++n;
+        }
+    }
+    return n == 0 ? 0.0 : sum / static_cast<double>(n);
+}
+
+/// A fixed pool of `n` workers, for comparisons.
+struct FixedPolicy {
+    explicit FixedPolicy(const ax::Config&) {}
+    std::uint32_t operator()(const ax::ControllerInput&) const { return n; }
+    std::uint32_t n = 1;
+};
+
+} // namespace ax_sim

@@ -1,0 +1,162 @@
+// The controller inside a real scheduler: the default policy, user policies answering a plain
+// target or a decision, and what MetricsSnapshot::controller shows.
+#include "test_support.hpp"
+
+#include <atomic>
+#include <ax/scheduler.hpp>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+using namespace std::chrono_literals;
+using ax_test::eventually;
+
+namespace {
+
+struct PlainPolicy {
+    explicit PlainPolicy(const ax::Config&) {}
+    std::uint32_t operator()(const ax::ControllerInput&) const { return 3; }
+};
+struct DecidingPolicy {
+    static constexpr const char* name = "deciding";
+    explicit DecidingPolicy(const ax::Config&) {}
+    ax::ControllerDecision operator()(const ax::ControllerInput&) {
+        return {5, ax::ControllerReason::keep_warm, 42.0};
+    }
+};
+
+ax::Config quick() {
+    ax::Config cfg;
+    cfg.min_workers = 1;
+    cfg.max_workers = 8;
+    cfg.dispatch_interval = 1ms;
+    cfg.controller_interval = 20ms;
+    return cfg;
+}
+
+} // namespace
+
+static_assert(std::is_same_v<ax::Scheduler<>,
+                             ax::Scheduler<std::chrono::steady_clock, ax::AdaptiveController>>);
+
+TEST_CASE("a user policy answering a plain target still drives the pool", "[controller]") {
+    ax::Scheduler<std::chrono::steady_clock, PlainPolicy> sched{quick()};
+    REQUIRE(eventually([&] { return sched.metrics().workers.target == 3; }));
+    REQUIRE(eventually([&] { return sched.metrics().controller.rounds >= 2; }));
+    const auto c = sched.metrics().controller;
+    CHECK(c.policy == "custom");
+    CHECK(c.target == 3);
+    CHECK(c.reason == ax::ControllerReason::hold); // 3 already in force
+    CHECK(c.changes == 1);
+    CHECK(c.direction_changes == 0);
+}
+
+TEST_CASE("a decision's reason and forecast reach the metrics", "[controller]") {
+    ax::Scheduler<std::chrono::steady_clock, DecidingPolicy> sched{quick()};
+    // The round is recorded just before the pool takes its target: wait for both.
+    REQUIRE(eventually([&] {
+        const auto m = sched.metrics();
+        return m.controller.rounds >= 1 && m.workers.target == 5;
+    }));
+    const auto c = sched.metrics().controller;
+    CHECK(c.policy == "deciding");
+    CHECK(c.target == 5);
+    CHECK(c.reason == ax::ControllerReason::keep_warm);
+    CHECK(c.forecast_rate == 42.0);
+    CHECK(sched.metrics().workers.target == 5);
+}
+
+TEST_CASE("the default controller reports its inputs, CPU share included", "[controller]") {
+    ax::Config cfg = quick();
+    ax::Scheduler sched{cfg};
+    CHECK(sched.metrics().controller.policy == "adaptive");
+    // Spinning bodies: their workers' time is CPU (or runqueue wait), not blocked.
+    std::atomic<bool> stop{false};
+    std::vector<ax::TaskHandle<void>> hs;
+    for (int i = 0; i < 2; ++i)
+        hs.push_back(std::move(*sched.submit([&] {
+            while (!stop.load())
+                std::this_thread::yield();
+        })));
+    const bool measured = eventually([&] {
+        const auto in = sched.metrics().controller.inputs;
+        return in.cpu_share + in.runqueue_share > 0.5 && in.offered_total >= 2;
+    });
+    stop = true;
+    for (auto& h : hs)
+        h.get();
+    const auto c = sched.metrics().controller;
+    CHECK(c.rounds >= 1);
+    CHECK(c.inputs.cores >= 1);
+    CHECK(c.inputs.offered_total >= 2);
+    if (ax::detail::current_thread_tid() != 0)
+        CHECK(measured);
+}
+
+TEST_CASE("the default controller grows a large admitted queue without refusals", "[controller]") {
+    ax::Config cfg;
+    cfg.min_workers = 1;
+    cfg.max_workers = 64;
+    cfg.queue_capacity = 32768; // never near its soft limit: the saturation rule cannot fire
+    ax::Scheduler<ax::ManualClock> sched{cfg};
+    ax_test::Gate gate;
+    std::vector<ax::TaskHandle<void>> hs;
+    for (int i = 0; i < 1000; ++i)
+        hs.push_back(std::move(*sched.submit([&] { gate.wait(); })));
+    // Frozen time, nothing finished: rounds on every tick double the pool while work waits.
+    REQUIRE(eventually([&] { return sched.metrics().workers.target == 64; }));
+    REQUIRE(eventually([&] { return sched.metrics().workers.current == 64; }));
+    const auto c = sched.metrics().controller;
+    CHECK(c.reason == ax::ControllerReason::backlog);
+    CHECK(c.direction_changes == 0);
+    CHECK(sched.metrics().totals.rejected == 0);
+    gate.open();
+    for (auto& h : hs)
+        h.get();
+}
+
+namespace {
+/// A CPU cap of 2 below min_workers 4.
+struct CapPolicy {
+    explicit CapPolicy(const ax::Config&) {}
+    ax::ControllerDecision operator()(const ax::ControllerInput&) {
+        return {2, ax::ControllerReason::cpu_bound, 0.0};
+    }
+};
+/// A plain target below min_workers is still clamped up to it.
+struct LowPolicy {
+    explicit LowPolicy(const ax::Config&) {}
+    std::uint32_t operator()(const ax::ControllerInput&) const { return 1; }
+};
+} // namespace
+
+TEST_CASE("a CPU cap below min_workers runs only that many tasks; the threads stay",
+          "[controller][pool]") {
+    ax::Config cfg = quick();
+    cfg.min_workers = 4;
+    ax::Scheduler<std::chrono::steady_clock, CapPolicy> sched{cfg};
+    REQUIRE(eventually([&] { return sched.metrics().workers.target == 2; }));
+    std::atomic<int> running{0}, peak{0};
+    std::vector<ax::TaskHandle<void>> hs;
+    for (int i = 0; i < 40; ++i)
+        hs.push_back(std::move(*sched.submit([&] {
+            const int now = ++running;
+            int p = peak.load();
+            while (now > p && !peak.compare_exchange_weak(p, now)) {
+            }
+            std::this_thread::sleep_for(2ms);
+            --running;
+        })));
+    for (auto& h : hs)
+        h.get();
+    CHECK(peak.load() <= 2);
+    CHECK(peak.load() >= 1);
+    CHECK(sched.metrics().workers.current == 4);
+    CHECK(sched.metrics().controller.reason == ax::ControllerReason::cpu_bound);
+    // A plain target below min_workers is clamped to it.
+    ax::Scheduler<std::chrono::steady_clock, LowPolicy> low{cfg};
+    REQUIRE(eventually([&] { return low.metrics().controller.rounds >= 1; }));
+    CHECK(low.metrics().workers.target == 4);
+}

@@ -1,0 +1,263 @@
+// The controller in a deterministic simulator (tests/controller_sim.hpp): virtual time, N cores,
+// tasks with CPU and blocked parts. Every assertion is on simulated outcomes (makespan against
+// the ideal, worker counts, direction changes), never on wall-clock time. AX_SIM_VERBOSE=1
+// prints each run's figures.
+#include "controller_sim.hpp"
+
+#include <ax/adaptive_controller.hpp>
+#include <ax/controller.hpp>
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+
+using ax_sim::Arrival;
+using ax_sim::Result;
+using ax_sim::Setup;
+using ax_sim::Task;
+
+namespace {
+
+void report(const char* name, const Result& r) {
+    if (std::getenv("AX_SIM_VERBOSE") == nullptr)
+        return;
+    std::printf("%-34s makespan %7.3f s  thread-s %8.1f  peak %3u  peak busy %3u  rounds %4llu  "
+                "changes %3llu  reversals %2llu  rejected %llu%s\n",
+                name, r.makespan_s, r.thread_seconds, r.peak_workers, r.peak_busy,
+                static_cast<unsigned long long>(r.rounds),
+                static_cast<unsigned long long>(r.changes),
+                static_cast<unsigned long long>(r.direction_changes),
+                static_cast<unsigned long long>(r.rejected), r.finished ? "" : "  UNFINISHED");
+}
+
+Setup machine(std::uint32_t cores, std::uint32_t queue_capacity = 150) {
+    Setup s;
+    s.cores = cores;
+    s.cfg.queue_capacity = queue_capacity;
+    return s;
+}
+
+Result adaptive(const Setup& s, const std::vector<Arrival>& a, bool forecast = true,
+                const char* name = "adaptive") {
+    ax::AdaptiveController c(s.cfg, forecast);
+    Result r = ax_sim::run(s, a, c);
+    report(name, r);
+    return r;
+}
+
+template <class P> Result with(const Setup& s, const std::vector<Arrival>& a, const char* name) {
+    P c(s.cfg);
+    Result r = ax_sim::run(s, a, c);
+    report(name, r);
+    return r;
+}
+
+Result fixed(const Setup& s, const std::vector<Arrival>& a, std::uint32_t n) {
+    Setup f = s;
+    f.cfg.min_workers = f.cfg.max_workers = n; // all started at once, as a fixed pool
+    ax_sim::FixedPolicy p(f.cfg);
+    p.n = n;
+    Result r = ax_sim::run(f, a, p);
+    report(("fixed-" + std::to_string(n)).c_str(), r);
+    return r;
+}
+
+/// Smallest makespan of the fixed pools 1, 2, 4, 32, 128 and max_workers.
+double best_fixed(const Setup& s, const std::vector<Arrival>& a) {
+    double best = 1e300;
+    for (const std::uint32_t n : {1u, 2u, 4u, 32u, 128u, s.cfg.max_workers}) {
+        const Result r = fixed(s, a, n);
+        REQUIRE(r.finished);
+        best = std::min(best, r.makespan_s);
+    }
+    return best;
+}
+
+const Task io_5ms{20e-6, 5e-3};
+const Task cpu_30ms{30e-3, 0.0};
+
+} // namespace
+
+TEST_CASE("sim: an IO-bound burst of 20k x 5 ms reaches ~max_workers within a fraction of a second",
+          "[controller][sim]") {
+    Setup s = machine(2, 32768);
+    std::vector<Arrival> a;
+    ax_sim::burst(a, 0.0, 20000, io_5ms);
+    const Result r = adaptive(s, a);
+    REQUIRE(r.finished);
+    // Ideal: 20000 x 5 ms over 200 workers = 0.5 s.
+    CHECK(r.makespan_s <= 0.5 * 1.25);
+    CHECK(r.peak_workers >= 190);
+    // Within 0.2 s the target is at max_workers.
+    CHECK(r.target_trace.at(static_cast<std::size_t>(0.2 / r.tick_s)) == 200);
+    CHECK(r.direction_changes <= 2);
+    // Against the seed's rule (+10 per 2 s round: several seconds).
+    const Result little = with<ax::LittleController>(s, a, "little_law");
+    REQUIRE(little.finished);
+    CHECK(r.makespan_s * 3 < little.makespan_s);
+    CHECK(r.makespan_s <= 1.05 * best_fixed(s, a));
+}
+
+TEST_CASE("sim: a huge queue capacity converges as fast as a small one", "[controller][sim]") {
+    std::vector<Arrival> a;
+    ax_sim::burst(a, 0.0, 20000, io_5ms);
+    const Result small = adaptive(machine(2, 150), a, true, "adaptive q150");
+    const Result huge = adaptive(machine(2, 1u << 24), a, true, "adaptive q16M");
+    REQUIRE(small.finished);
+    REQUIRE(huge.finished);
+    CHECK(huge.makespan_s <= 1.1 * small.makespan_s);
+    CHECK(small.makespan_s <= 1.1 * huge.makespan_s);
+    CHECK(huge.peak_workers >= 190);
+}
+
+TEST_CASE("sim: a CPU-bound burst runs at most cores + 1 busy workers at steady state",
+          "[controller][sim]") {
+    for (const std::uint32_t cores : {2u, 4u}) {
+        Setup s = machine(cores); // min_workers 4: on 2 cores the cap parks two of them
+        std::vector<Arrival> a;
+        ax_sim::burst(a, 0.0, 400, cpu_30ms);
+        const Result r = adaptive(s, a);
+        REQUIRE(r.finished);
+        const double ideal = 400 * 0.030 / cores;
+        CHECK(r.makespan_s <= 1.05 * ideal + 0.1);
+        // Steady state: the middle of the run.
+        CHECK(ax_sim::mean_busy(r, 0.25 * r.makespan_s, 0.75 * r.makespan_s) <= cores + 1);
+        CHECK(r.target_trace.at(r.target_trace.size() / 2) <= cores + 1);
+        CHECK(r.direction_changes <= 3);
+        CHECK(r.makespan_s <= 1.05 * best_fixed(s, a));
+    }
+}
+
+TEST_CASE("sim: mixed work (half CPU, half blocked) settles near a few workers per core",
+          "[controller][sim]") {
+    Setup s = machine(2, 4096);
+    s.cfg.min_workers = 1;
+    std::vector<Arrival> a;
+    ax_sim::burst(a, 0.0, 2000, Task{10e-3, 10e-3});
+    const Result r = adaptive(s, a);
+    REQUIRE(r.finished);
+    // The cores' throughput bounds it at 10 s; colliding CPU phases and the oversubscription
+    // penalty make every pool slower.
+    const double ideal = 2000 * 0.010 / 2;
+    CHECK(r.makespan_s <= 1.5 * ideal);
+    const double mid = ax_sim::mean_busy(r, 0.25 * r.makespan_s, 0.75 * r.makespan_s);
+    CHECK(mid >= 3.0);
+    CHECK(mid <= 12.0);
+    CHECK(r.direction_changes <= 4);
+    CHECK(r.makespan_s <= 1.05 * best_fixed(s, a));
+}
+
+TEST_CASE("sim: a stream that turns from IO-bound to CPU-bound halfway", "[controller][sim]") {
+    Setup s = machine(2, 4096);
+    s.cfg.min_workers = 1;
+    std::vector<Arrival> a;
+    // 5 s of IO tasks at 4000/s (20 workers of need), then 5 s of CPU tasks at 60/s (just under
+    // the 2 cores' 66/s).
+    ax_sim::stream(a, 0.0, 20000, 4000.0, Task{20e-6, 5e-3});
+    ax_sim::stream(a, 5.0, 300, 60.0, Task{30e-3, 0.0});
+    const Result r = adaptive(s, a);
+    REQUIRE(r.finished);
+    const double io_busy = ax_sim::mean_busy(r, 1.0, 5.0);
+    CHECK(io_busy >= 15.0);
+    CHECK(*std::max_element(r.target_trace.begin(), r.target_trace.begin() + 500) >= 20);
+    // Two seconds into the CPU half the target is near the cores.
+    const auto at7 = static_cast<std::size_t>(7.0 / r.tick_s);
+    const auto late = std::max_element(r.target_trace.begin() + static_cast<std::ptrdiff_t>(at7),
+                                       r.target_trace.end());
+    CHECK(*late <= 3);
+    CHECK(ax_sim::mean_busy(r, 7.0, 10.0) <= 3.0);
+    CHECK(r.makespan_s <= 10.5);
+    CHECK(r.direction_changes <= 6);
+}
+
+TEST_CASE("sim: the forecaster pre-scales ahead of periodic bursts", "[controller][sim]") {
+    Setup s = machine(2, 32768);
+    std::vector<Arrival> a;
+    const std::size_t per_burst = 2000;
+    const int bursts = 8;
+    // Bursts every 3 s landing between two ticks; 2000 x 5 ms needs 200 workers for 50 ms.
+    for (int b = 0; b < bursts; ++b)
+        ax_sim::burst(a, 0.0055 + 3.0 * b, per_burst, io_5ms);
+    const Result on = adaptive(s, a, true, "adaptive (forecast)");
+    const Result off = adaptive(s, a, false, "adaptive (no forecast)");
+    REQUIRE(on.finished);
+    REQUIRE(off.finished);
+    bool forecast_seen = false;
+    for (const auto reason : on.reason_trace)
+        forecast_seen = forecast_seen || reason == ax::ControllerReason::forecast;
+    CHECK(forecast_seen);
+    // Bursts after the pattern is known (four evenly spaced starts: the 5th on): the first 200
+    // tasks wait less.
+    for (int b = 4; b < bursts; ++b) {
+        const std::size_t first = static_cast<std::size_t>(b) * per_burst;
+        const double p99_on = ax_sim::wait_quantile(on, first, 200, 0.99);
+        const double p99_off = ax_sim::wait_quantile(off, first, 200, 0.99);
+        INFO("burst " << b << " p99 wait of its first 200: forecast " << p99_on << " s, without "
+                      << p99_off << " s");
+        if (std::getenv("AX_SIM_VERBOSE") != nullptr)
+            std::printf("burst %d first-200 p99 wait: forecast %.5f s, without %.5f s\n", b, p99_on,
+                        p99_off);
+        CHECK(p99_on * 2 <= p99_off);
+    }
+    CHECK(on.thread_seconds <= 1.25 * off.thread_seconds);
+    CHECK(on.direction_changes <= off.direction_changes + 2 * bursts);
+}
+
+TEST_CASE("sim: bursts at irregular intervals get no forecast and lose nothing",
+          "[controller][sim]") {
+    Setup s = machine(2, 32768);
+    std::vector<Arrival> a;
+    double t = 0.0055;
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<double> gap(1.0, 5.0);
+    for (int b = 0; b < 6; ++b) {
+        ax_sim::burst(a, t, 2000, io_5ms);
+        t += gap(rng);
+    }
+    const Result on = adaptive(s, a, true, "adaptive irregular (forecast)");
+    const Result off = adaptive(s, a, false, "adaptive irregular (no forecast)");
+    REQUIRE(on.finished);
+    REQUIRE(off.finished);
+    for (const auto reason : on.reason_trace)
+        CHECK(reason != ax::ControllerReason::forecast);
+    CHECK(on.makespan_s <= 1.01 * off.makespan_s);
+    CHECK(on.thread_seconds <= 1.01 * off.thread_seconds);
+}
+
+TEST_CASE("sim: thousands of tasks on one core", "[controller][sim]") {
+    SECTION("CPU-bound") {
+        Setup s = machine(1, 8192);
+        s.cfg.min_workers = 1;
+        std::vector<Arrival> a;
+        ax_sim::burst(a, 0.0, 5000, Task{1e-3, 0.0});
+        const Result r = adaptive(s, a);
+        REQUIRE(r.finished);
+        CHECK(r.makespan_s <= 5.0 * 1.05 + 0.1);
+        CHECK(ax_sim::mean_busy(r, 1.0, 4.0) <= 2.0);
+        CHECK(r.direction_changes <= 3);
+    }
+    SECTION("IO-bound") {
+        Setup s = machine(1, 8192);
+        std::vector<Arrival> a;
+        ax_sim::burst(a, 0.0, 5000, Task{50e-6, 20e-3});
+        const Result r = adaptive(s, a);
+        REQUIRE(r.finished);
+        // 5000 x 20 ms over 200 workers = 0.5 s; the one core's CPU need is 0.25 s, and
+        // workers leaving their blocked phase together queue for it.
+        CHECK(r.makespan_s <= 1.05 * best_fixed(s, a));
+        CHECK(r.peak_workers >= 150);
+    }
+}
+
+TEST_CASE("sim: an idle pool shrinks back to min_workers after a burst", "[controller][sim]") {
+    Setup s = machine(2, 32768);
+    std::vector<Arrival> a;
+    ax_sim::burst(a, 0.0, 20000, io_5ms);
+    a.push_back({5.0, io_5ms}); // keeps the run going 5 s
+    const Result r = adaptive(s, a);
+    REQUIRE(r.finished);
+    const auto at2 = static_cast<std::size_t>(2.0 / r.tick_s);
+    CHECK(r.target_trace.at(at2) == s.cfg.min_workers);
+    CHECK(r.direction_changes <= 2);
+}
