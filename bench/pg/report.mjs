@@ -151,7 +151,7 @@ export function report(meta, results) {
         out.push("| --- | ---: | ---: | ---: | --- |");
         for (const r of rc.sort(order))
             out.push(
-                `| ${name(r.variant)} | ${int(r.claimed_at_kill)} | ${r.seconds === null ? `not within ${r.cap} s (${int(r.stuck)} still claimed)` : `**${f(r.seconds, 2)} s**`} | ${r.lease_s ? `${r.lease_s} s` : "–"} | ${r.note || ""} |`,
+                `| ${name(r.variant)} | ${int(r.claimed_at_kill)} | ${r.claimed_at_kill === 0 ? "not measured (nothing claimed at the kill)" : r.seconds === null ? `not within ${r.cap} s (${int(r.stuck)} still claimed)` : `**${f(r.seconds, 2)} s**`} | ${r.lease_s ? `${r.lease_s} s` : "–"} | ${r.note || ""} |`,
             );
         out.push("");
         out.push(
