@@ -1,9 +1,12 @@
 // Failure reporting: permanent errors, exception types, hooks, the dead-letter list.
 #include "test_support.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <ax/scheduler.hpp>
 #include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdint>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -123,6 +126,91 @@ TEST_CASE("hooks report start, exception, retry, success and dead letters", "[fa
     CHECK(log == expected);
 }
 
+TEST_CASE("hook events carry queue wait, run time and the retry's error", "[failures][hooks]") {
+    // One worker on the manual clock: every wait and run time below is exact.
+    struct Seen {
+        std::string what, name, error_type, error;
+        std::uint32_t attempt;
+        std::chrono::nanoseconds queue_wait, run_time;
+    };
+    std::mutex mu;
+    std::vector<Seen> seen;
+    auto record = [&](const char* what) {
+        return [&seen, &mu, what](const ax::TaskEvent& e) {
+            std::lock_guard lock(mu);
+            seen.push_back(Seen{what, std::string(e.name), std::string(e.error_type),
+                                std::string(e.error), e.attempt, e.queue_wait, e.run_time});
+        };
+    };
+    ax::Hooks hooks;
+    hooks.on_start = record("start");
+    hooks.on_success = record("success");
+    hooks.on_exception = record("exception");
+    hooks.on_retry = record("retry");
+    auto cfg = fast_retries();
+    cfg.min_workers = cfg.max_workers = 1;
+    ax::Scheduler<ax::ManualClock> sched{cfg, hooks};
+    const auto count = [&](const std::string& what) {
+        std::lock_guard lock(mu);
+        return std::count_if(seen.begin(), seen.end(),
+                             [&](const Seen& x) { return x.what == what; });
+    };
+
+    std::atomic<bool> release{false};
+    auto blocker = sched.submit(
+        [&release] {
+            while (!release.load())
+                std::this_thread::sleep_for(100us);
+        },
+        {.name = "blocker"});
+    REQUIRE(blocker);
+    REQUIRE(eventually([&] { return blocker->state() == ax::TaskState::running; }));
+    // Queued behind the busy worker for 30 ms; its first attempt runs 5 ms, its second 7 ms.
+    auto queued = sched.submit(
+        [](ax::TaskContext& ctx) {
+            if (ctx.attempt() == 1) {
+                ax::ManualClock::advance(5ms);
+                throw std::runtime_error("blip");
+            }
+            ax::ManualClock::advance(7ms);
+            return 1;
+        },
+        {.name = "queued", .max_retries = 1});
+    REQUIRE(queued);
+    ax::ManualClock::advance(30ms);
+    release = true;
+    REQUIRE(eventually([&] { return count("retry") == 1; }));
+    ax::ManualClock::advance(1ms); // the retry delay
+    REQUIRE(queued->get() == 1);
+    REQUIRE(eventually([&] { return count("success") == 2; }));
+
+    std::lock_guard lock(mu);
+    const auto find = [&](const std::string& what, const std::string& name,
+                          std::uint32_t attempt) -> const Seen& {
+        const auto it = std::find_if(seen.begin(), seen.end(), [&](const Seen& x) {
+            return x.what == what && x.name == name && x.attempt == attempt;
+        });
+        REQUIRE(it != seen.end());
+        return *it;
+    };
+    CHECK(find("start", "blocker", 1).run_time == 0ns);
+    CHECK(find("success", "blocker", 1).run_time == 30ms);
+    // The queued task waited from its admission to the blocker's end.
+    CHECK(find("start", "queued", 1).queue_wait == 30ms);
+    for (const char* what : {"exception", "retry"}) {
+        const Seen& e = find(what, "queued", 1);
+        INFO(what);
+        CHECK(e.queue_wait == 30ms);
+        CHECK(e.run_time == 5ms);
+        CHECK(e.error_type == "std::runtime_error");
+        CHECK(e.error == "blip");
+    }
+    // The retry's wait counts from its re-queue, not from the admission.
+    CHECK(find("start", "queued", 2).queue_wait == 0ns);
+    CHECK(find("success", "queued", 2).queue_wait == 0ns);
+    CHECK(find("success", "queued", 2).run_time == 7ms);
+}
+
 TEST_CASE("a throwing hook is contained and counted", "[failures][hooks]") {
     ax::Hooks hooks;
     hooks.on_start = [](const ax::TaskEvent&) { throw std::runtime_error("hook bug"); };
@@ -143,9 +231,11 @@ TEST_CASE("the timeout hook fires from the watchdog", "[failures][hooks]") {
     std::string seen_type;
     std::mutex mu;
     ax::Hooks hooks;
+    std::chrono::nanoseconds seen_run_time{0};
     hooks.on_timeout = [&](const ax::TaskEvent& e) {
         std::lock_guard lock(mu);
         seen_type = std::string(e.error_type);
+        seen_run_time = e.run_time;
         ++timeouts;
     };
     ax::Config cfg = fast_retries();
@@ -164,6 +254,8 @@ TEST_CASE("the timeout hook fires from the watchdog", "[failures][hooks]") {
     REQUIRE(eventually([&] { return timeouts == 1; }));
     std::lock_guard lock(mu);
     CHECK(seen_type == "ax::TaskTimedOut");
+    // The time run so far when the watchdog saw it: the manual clock moved 100 ms since start.
+    CHECK(seen_run_time == 100ms);
 }
 
 TEST_CASE("dead letters: every attempt's error, replay, discard", "[failures][dead-letters]") {

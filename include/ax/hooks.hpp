@@ -22,6 +22,16 @@ struct TaskEvent {
     std::string_view error;
     /// For on_retry: how long until the next attempt.
     std::chrono::nanoseconds retry_delay{0};
+    /// How long this attempt waited to start: from admission (or, for a retry, its re-queue
+    /// when the retry delay ran out) to the attempt's start. Set on every event of an attempt
+    /// (start, success, exception, retry, timeout, dead_letter); 0 on on_orphan. Measured with
+    /// the scheduler's clock from timestamps the worker already takes (the start may be the
+    /// end of the worker's previous task, so a task admitted just then reads 0).
+    std::chrono::nanoseconds queue_wait{0};
+    /// How long this attempt ran: on success, exception, retry and dead_letter its whole run
+    /// (start to the body's return, or to the watchdog's takeover); on on_timeout the time run
+    /// so far; 0 on on_start and on_orphan.
+    std::chrono::nanoseconds run_time{0};
 };
 
 /// Optional callbacks for logging "task ID, attempt, error" (seed §5.5) or persisting dead
@@ -36,7 +46,8 @@ struct Hooks {
     std::function<void(const TaskEvent&)> on_success;
     /// An attempt threw (any type) or timed out; called before on_retry / on_dead_letter.
     std::function<void(const TaskEvent&)> on_exception;
-    /// A retry was scheduled after retry_delay.
+    /// A retry was scheduled after retry_delay; the event carries the failure's error_type and
+    /// error.
     std::function<void(const TaskEvent&)> on_retry;
     /// The watchdog timed out the running attempt (called from the maintenance tick).
     std::function<void(const TaskEvent&)> on_timeout;

@@ -3,7 +3,7 @@
 // quotes and backslashes: exact; arbitrary bytes: every line still parses, invalid bytes become
 // U+FFFD and no ASCII byte is lost) — lines from several threads never interleave (run it under
 // TSan too), and a real scheduler's events (start, exception, retry, dead_letter, success,
-// timeout) come out with their attempt numbers and errors.
+// timeout) come out with their attempt numbers, errors, queue waits and run times.
 #include "test_support.hpp"
 
 #include <algorithm>
@@ -172,6 +172,8 @@ TEST_CASE("JsonEventLog lines round-trip any bytes", "[http][events]") {
         e.error_type = type;
         e.error = error;
         e.retry_delay = std::chrono::milliseconds(i % 5);
+        e.queue_wait = std::chrono::microseconds(i % 11);
+        e.run_time = std::chrono::microseconds(i % 13);
 
         const std::string line = ax::http::JsonEventLog::line("exception", e);
         INFO("case " << i << ": " << line);
@@ -196,10 +198,91 @@ TEST_CASE("JsonEventLog lines round-trip any bytes", "[http][events]") {
         else
             CHECK(j["retry_delay_s"].get<double>() ==
                   Approx(std::chrono::duration<double>(e.retry_delay).count()));
+        // An exception line always has both times, zero included.
+        CHECK(j["queue_wait_s"].get<double>() ==
+              Approx(std::chrono::duration<double>(e.queue_wait).count()));
+        CHECK(j["run_time_s"].get<double>() ==
+              Approx(std::chrono::duration<double>(e.run_time).count()));
     }
     // Both kinds were exercised, many times each.
     CHECK(valid_cases > cases / 3);
     CHECK(invalid_cases > cases / 3);
+}
+
+TEST_CASE("JsonEventLog writes the times each event knows", "[http][events]") {
+    ax::TaskEvent e;
+    e.name = "t";
+    e.attempt = 1;
+    const auto has = [&](const char* event, const char* key) {
+        return ax::http::JsonEventLog::object(event, e).contains(key);
+    };
+    // Zero times: written where the event knows them, omitted where it cannot.
+    CHECK(has("start", "queue_wait_s"));
+    CHECK_FALSE(has("start", "run_time_s"));
+    for (const char* ended : {"success", "exception", "retry", "timeout", "dead_letter"}) {
+        INFO(ended);
+        CHECK(has(ended, "queue_wait_s"));
+        CHECK(has(ended, "run_time_s"));
+    }
+    CHECK_FALSE(has("orphan", "queue_wait_s"));
+    CHECK_FALSE(has("orphan", "run_time_s"));
+    CHECK_FALSE(has("custom", "queue_wait_s"));
+    CHECK_FALSE(has("custom", "run_time_s"));
+    e.queue_wait = std::chrono::milliseconds(1500);
+    e.run_time = std::chrono::microseconds(250);
+    const auto j = ax::http::JsonEventLog::object("custom", e);
+    CHECK(j["queue_wait_s"].get<double>() == Approx(1.5));
+    CHECK(j["run_time_s"].get<double>() == Approx(0.00025));
+}
+
+TEST_CASE("JsonEventLog lines carry a real scheduler's queue wait and run time", "[http][events]") {
+    std::ostringstream out;
+    ax::http::JsonEventLog log(out, {.timestamps = false});
+    ax::Config cfg;
+    cfg.min_workers = 1;
+    cfg.max_workers = 1;
+    cfg.retry_base_delay = 1ms;
+    cfg.retry_jitter = 0ms;
+    {
+        ax::Scheduler sched{cfg, log.hooks()};
+        auto sleepy = sched.submit([] { std::this_thread::sleep_for(20ms); }, {.name = "sleepy"});
+        REQUIRE(sleepy);
+        // Queued behind the single busy worker.
+        auto behind = sched.submit([] {}, {.name = "behind"});
+        auto flaky = sched.submit(
+            [](ax::TaskContext& ctx) {
+                if (ctx.attempt() == 1)
+                    throw std::runtime_error("blip");
+            },
+            {.name = "flaky", .max_retries = 1});
+        REQUIRE(behind);
+        REQUIRE(flaky);
+        REQUIRE(sleepy->wait_for(20s));
+        REQUIRE(behind->wait_for(20s));
+        REQUIRE(flaky->wait_for(20s));
+        CHECK(flaky->state() == ax::TaskState::succeeded);
+        REQUIRE(ax_test::eventually([&] { return sched.metrics().totals.succeeded == 3; }));
+    }
+    INFO(out.str());
+    std::map<std::string, nlohmann::json> by_key; // "name/event/attempt"
+    for (const auto& l : split_lines(out.str())) {
+        auto j = nlohmann::json::parse(l);
+        const std::string key = j["name"].get<std::string>() + "/" + j["event"].get<std::string>() +
+                                "/" + std::to_string(j["attempt"].get<int>());
+        by_key[key] = std::move(j);
+    }
+    for (const char* key : {"sleepy/start/1", "sleepy/success/1", "behind/start/1", "flaky/retry/1",
+                            "flaky/success/2"})
+        REQUIRE(by_key.count(key) == 1);
+    CHECK(by_key["sleepy/success/1"]["run_time_s"].get<double>() >= 0.015);
+    CHECK(by_key["behind/start/1"]["queue_wait_s"].get<double>() > 0.0);
+    CHECK_FALSE(by_key["behind/start/1"].contains("run_time_s"));
+    CHECK(by_key["sleepy/start/1"]["queue_wait_s"].get<double>() >= 0.0);
+    const auto& retry = by_key["flaky/retry/1"];
+    CHECK(retry["error_type"].get<std::string>().find("runtime_error") != std::string::npos);
+    CHECK(retry["error"] == "blip");
+    CHECK(retry["run_time_s"].get<double>() >= 0.0);
+    CHECK(retry["retry_delay_s"].get<double>() > 0.0);
 }
 
 TEST_CASE("JsonEventLog validates its own UTF-8 oracle", "[http][events]") {
@@ -316,6 +399,11 @@ TEST_CASE("JsonEventLog logs a real scheduler's events", "[http][events]") {
     CHECK(flaky_exc["error"] == "disk \"full\"");
     CHECK(flaky_exc["error_type"].get<std::string>().find("runtime_error") != std::string::npos);
     CHECK(by_name["flaky"][2]["retry_delay_s"].get<double>() > 0.0);
+    CHECK(by_name["flaky"][2]["error"] == "disk \"full\"");
+    // The timeout line has the time run so far: at least the 50 ms timeout.
+    for (const auto& j : by_name["stuck"])
+        if (j["event"] == "timeout")
+            CHECK(j["run_time_s"].get<double>() >= 0.049);
     // The stuck task: the watchdog's timeout, then its exception and dead letter.
     const auto stuck_events = events("stuck");
     REQUIRE_FALSE(stuck_events.empty());

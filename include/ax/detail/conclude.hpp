@@ -36,7 +36,7 @@ void SchedulerCore<Clock, Controller>::conclude_failure(TaskRecord& r, std::uint
         error = std::make_exception_ptr(TaskTimedOut(r.timeout_ms));
     ErrorText text = describe_exception(error);
     if (hooks.on_exception) {
-        TaskEvent e = HookCaller::event(r, id, attempt);
+        TaskEvent e = HookCaller::attempt_event(r, id, attempt, start, end);
         e.error_type = text.type;
         e.error = text.message;
         hooks_.call(hooks.on_exception, e);
@@ -59,8 +59,18 @@ void SchedulerCore<Clock, Controller>::conclude_failure(TaskRecord& r, std::uint
         r.mark_ns.store(due, std::memory_order_relaxed);
         r.renew_stop();
         if (hooks.on_retry) {
-            TaskEvent e = HookCaller::event(r, id, attempt);
+            TaskEvent e = HookCaller::attempt_event(r, id, attempt, start, end);
             e.retry_delay = delay;
+            // The failure's text, as record_failure stored it (only when the hook is set).
+            std::string type, message;
+            r.lock_extras();
+            if (r.extras != nullptr) {
+                type = r.extras->last_error_type;
+                message = r.extras->last_error;
+            }
+            r.unlock_extras();
+            e.error_type = type;
+            e.error = message;
             hooks_.call(hooks.on_retry, e);
         }
         // The timed-out flag belonged to this attempt; the next one starts clean. The CAS
@@ -94,7 +104,7 @@ void SchedulerCore<Clock, Controller>::conclude_failure(TaskRecord& r, std::uint
     // dead, so a user persisting dead letters sees every one, even those the bounded list
     // evicts at once.
     if (hooks.on_dead_letter && (s & cancel_requested_bit) == 0) {
-        TaskEvent e = HookCaller::event(r, id, attempt);
+        TaskEvent e = HookCaller::attempt_event(r, id, attempt, start, end);
         r.lock_extras();
         const std::string type = r.extras->last_error_type;
         const std::string message = r.extras->last_error;

@@ -57,8 +57,8 @@ namespace ax::detail {
 /// The class is declared here; its services are defined by role, one header each:
 /// admission.hpp (submit, post, replay), runner.hpp (the pool's Host: dispatch, run, helping
 /// waits), conclude.hpp (endings, retries, cancel), watchdog.hpp (timeouts, orphans),
-/// introspect.hpp (list_tasks, oldest_waiting) and tick.hpp (the maintenance thread); scheduler.hpp adds the reads and shutdown and includes
-/// them all. Scheduler owns the core through a shared_ptr.
+/// introspect.hpp (list_tasks, oldest_waiting) and tick.hpp (the maintenance thread); scheduler.hpp
+/// adds the reads and shutdown and includes them all. Scheduler owns the core through a shared_ptr.
 template <SchedulerClock Clock, ControllerPolicy Controller>
 class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Clock, Controller>>,
                             public TaskHost {
@@ -235,7 +235,7 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
 
     // watchdog.hpp
     void watchdog(std::int64_t now);
-    void fire_timeout(TaskRecord& r, TaskId id);
+    void fire_timeout(TaskRecord& r, TaskId id, std::int64_t now);
     void orphan(TaskRecord& r, const Overdue& o, std::int64_t now);
 
     // tick.hpp

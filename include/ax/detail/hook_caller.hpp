@@ -6,6 +6,7 @@
 #include "record.hpp"
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -47,6 +48,24 @@ class HookCaller {
         e.priority = r.priority;
         e.attempt = attempt;
         return e;
+    }
+
+    /// event() for an attempt that started at `start` and ran until `end` (both in ns of the
+    /// scheduler's clock; end == start for on_start): fills queue_wait from the record's
+    /// enqueue time, which is this attempt's until a retry re-queues it.
+    static TaskEvent attempt_event(TaskRecord& r, TaskId id, std::uint32_t attempt,
+                                   std::int64_t start, std::int64_t end) {
+        TaskEvent e = event(r, id, attempt);
+        set_times(e, r, start, end);
+        return e;
+    }
+
+    /// Sets e.queue_wait (never negative) and e.run_time for an attempt from `start` to `end`.
+    static void set_times(TaskEvent& e, const TaskRecord& r, std::int64_t start,
+                          std::int64_t end) noexcept {
+        const std::int64_t enqueued = r.enqueue_ns.load(std::memory_order_relaxed);
+        e.queue_wait = std::chrono::nanoseconds(start > enqueued ? start - enqueued : 0);
+        e.run_time = std::chrono::nanoseconds(end > start ? end - start : 0);
     }
 
     /// An event built by a thread that does not own the record (the tick, shutdown): the name is

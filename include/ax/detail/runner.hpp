@@ -172,7 +172,7 @@ void SchedulerCore<Clock, Controller>::execute(std::uint32_t index, Worker& w, s
     current_worker_owner = this;
     const Hooks& hooks = hooks_.hooks();
     if (hooks.on_start)
-        hooks_.call(hooks.on_start, HookCaller::event(r, id, attempt));
+        hooks_.call(hooks.on_start, HookCaller::attempt_event(r, id, attempt, start, start));
     std::exception_ptr error = r.manager(ManagerOp::run, r, &a);
     const std::int64_t end = now_ns();
     w.local.last_end_ns = end;
@@ -200,8 +200,9 @@ void SchedulerCore<Clock, Controller>::execute(std::uint32_t index, Worker& w, s
         }
         // Pinned so the record cannot be recycled (history may evict it) before the hook.
         r.refs.fetch_add(1, std::memory_order_relaxed);
+        const TaskEvent e = HookCaller::attempt_event(r, id, attempt, start, end);
         if (finish(r, index, s, TaskState::succeeded, end, &w.local))
-            hooks_.call(hooks.on_success, HookCaller::event(r, id, attempt));
+            hooks_.call(hooks.on_success, e);
         slab_->release(index);
         return;
     }

@@ -73,7 +73,7 @@ void SchedulerCore<Clock, Controller>::watchdog(std::int64_t now) {
             s, r->timeout_ms, r->mark_ns.load(std::memory_order_relaxed), now, grace);
         if (verdict == WatchdogVerdict::time_out) {
             if (r->state.compare_exchange_strong(s, s | timed_out_bit, std::memory_order_acq_rel))
-                fire_timeout(*r, o.id);
+                fire_timeout(*r, o.id, now);
         } else if (verdict == WatchdogVerdict::orphan) {
             orphan(*r, o, now);
         }
@@ -82,13 +82,14 @@ void SchedulerCore<Clock, Controller>::watchdog(std::int64_t now) {
 }
 
 template <SchedulerClock Clock, ControllerPolicy Controller>
-void SchedulerCore<Clock, Controller>::fire_timeout(TaskRecord& r, TaskId id) {
+void SchedulerCore<Clock, Controller>::fire_timeout(TaskRecord& r, TaskId id, std::int64_t now) {
     totals_.timeouts.fetch_add(1, std::memory_order_relaxed);
     r.request_stop();
     const Hooks& hooks = hooks_.hooks();
     if (hooks.on_timeout) {
         std::string name;
         TaskEvent e = HookCaller::foreign_event(r, id, name);
+        HookCaller::set_times(e, r, r.start_ns.load(std::memory_order_relaxed), now);
         const std::string message = TaskTimedOut(r.timeout_ms).what();
         e.error_type = "ax::TaskTimedOut";
         e.error = message;

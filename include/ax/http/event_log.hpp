@@ -36,12 +36,16 @@ struct JsonEventLogOptions {
 ///
 /// Each line is an object with `event` ("start", "success", "exception", "retry", "timeout",
 /// "dead_letter", "orphan"), `id` (TaskId::to_string(), e.g. "7#1"), `name`, `priority`,
-/// `attempt`, and, when present, `error_type` and `error` (failures), `retry_delay_s`
-/// (retries) and `time` (JsonEventLogOptions::timestamps). Names and messages may hold any bytes:
-/// control characters and quotes are escaped, and each byte that is not part of valid UTF-8 is
-/// replaced by U+FFFD, so every line parses as JSON. TaskEvent carries neither the queue wait
-/// nor the run time of an attempt, so the lines do not either (the queue_wait / run_time
-/// histograms of MetricsSnapshot have them in aggregate).
+/// `attempt`, and, when present, `error_type` and `error` (failures and retries),
+/// `retry_delay_s` (retries), `queue_wait_s` and `run_time_s` (seconds, numbers: see below) and
+/// `time` (JsonEventLogOptions::timestamps). `queue_wait_s` (TaskEvent::queue_wait) is on every
+/// attempt event (start, success, exception, retry, timeout, dead_letter); `run_time_s`
+/// (TaskEvent::run_time, on timeout the time run so far) on all of those but start, where it
+/// is not known yet. Where a field is not known (orphan, run_time_s on start) it is omitted,
+/// never written as 0; for an event name other than the ones above each is written only when
+/// non-zero. Names and messages may hold any bytes: control characters and quotes are escaped,
+/// and each byte that is not part of valid UTF-8 is replaced by U+FFFD, so every line parses as
+/// JSON.
 ///
 /// The log owns the mutex that guards the stream: a line is formatted outside it and written
 /// whole under it, so lines from several threads never interleave. The stream must not be
@@ -111,6 +115,14 @@ class JsonEventLog {
             j["error"] = e.error;
         if (e.retry_delay.count() != 0)
             j["retry_delay_s"] = std::chrono::duration<double>(e.retry_delay).count();
+        const bool start = event == "start";
+        const bool ended = event == "success" || event == "exception" || event == "retry" ||
+                           event == "timeout" || event == "dead_letter";
+        const bool other = !start && !ended && event != "orphan";
+        if (start || ended || (other && e.queue_wait.count() != 0))
+            j["queue_wait_s"] = std::chrono::duration<double>(e.queue_wait).count();
+        if (ended || (other && e.run_time.count() != 0))
+            j["run_time_s"] = std::chrono::duration<double>(e.run_time).count();
         return j;
     }
 
