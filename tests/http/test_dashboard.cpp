@@ -6,10 +6,13 @@
 // (AX_DASHBOARD_SCREENSHOT). The example also exits cleanly on SIGTERM.
 //
 // Without chromium (/usr/bin/chromium or on PATH) the test fails and says to run scripts/deps.sh;
-// AX_SKIP_CHROMIUM=1 turns that into a warning and a skip.
+// AX_SKIP_CHROMIUM=1 turns that into a warning and a skip. A second case serves an in-process
+// MetricsServer with MetricsServerOptions::extra_json (as a pg node's stats would be) and checks
+// that the page shows them as tables.
 #include "process_support.hpp"
 #include "test_support.hpp"
 
+#include <ax/http/metrics_server.hpp>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdint>
@@ -188,4 +191,54 @@ TEST_CASE("headless Chromium renders live numbers on the dashboard", "[http][das
     INFO("metrics_server " << ax_test::describe_status(ex_status));
     CHECK(WIFEXITED(ex_status));
     CHECK(WEXITSTATUS(ex_status) == 0);
+}
+
+TEST_CASE("the dashboard shows MetricsServerOptions::extra_json as tables", "[http][dashboard]") {
+    const std::string chromium = ax_test::find_program("chromium");
+    if (chromium.empty()) {
+        const char* skip = std::getenv("AX_SKIP_CHROMIUM");
+        if (skip != nullptr && std::string(skip) == "1") {
+            WARN("chromium not found; AX_SKIP_CHROMIUM=1, skipping");
+            return;
+        }
+        FAIL("chromium is not installed: run scripts/deps.sh, or set AX_SKIP_CHROMIUM=1");
+    }
+    const ax_test::TempDir dir;
+    ax::http::MetricsServerOptions o;
+    // The shape ax::pg::to_json_text() gives a node's stats and the cluster's status.
+    o.extra_json = [] {
+        return std::string(R"({"node":{"node_id":7,"lease_renewals_total":3,)"
+                           R"("checksum_mismatches_total":1,"mean_batch_size":2.5},)"
+                           R"("cluster":{"unclaimable_tasks":4,"unclaimable":{"resize [gpu]":4},)"
+                           R"("nodes":{"7":{"lease_left_s":9.5,"tasks":2}}}})");
+    };
+    ax::http::MetricsServer server{[] { return ax::MetricsSnapshot{}; }, o};
+    const fs::path out = dir.path() / "extra.html", err = dir.path() / "chromium.err";
+    const int status = run_chromium(chromium, dir.path() / "profile", {"--dump-dom"},
+                                    server.url() + "/", out, err);
+    INFO("chromium " << ax_test::describe_status(status) << "; stderr:\n"
+                     << ax_test::read_file(err));
+    REQUIRE(WIFEXITED(status));
+    REQUIRE(WEXITSTATUS(status) == 0);
+    const std::string dom = ax_test::read_file(out);
+    INFO("DOM:\n" << dom);
+    CHECK(element_text(dom, "status") == "live");
+    // The section is shown (no longer hidden) with one table per object.
+    CHECK(dom.find("id=\"extra\" hidden") == std::string::npos);
+    CHECK(dom.find("id=\"extra\"") != std::string::npos);
+    const auto node = dom.find("id=\"extra-node\"");
+    REQUIRE(node != std::string::npos);
+    CHECK(dom.find("<td>lease_renewals_total</td><td>3", node) != std::string::npos);
+    CHECK(dom.find("<td>mean_batch_size</td><td>2.50</td>", node) != std::string::npos);
+    const auto cluster = dom.find("id=\"extra-cluster\"");
+    REQUIRE(cluster != std::string::npos);
+    CHECK(dom.find("<td>unclaimable_tasks</td><td>4</td>", cluster) != std::string::npos);
+    const auto reasons = dom.find("id=\"extra-cluster-unclaimable\"");
+    REQUIRE(reasons != std::string::npos);
+    CHECK(dom.find("<td>resize [gpu]</td><td>4</td>", reasons) != std::string::npos);
+    // An object of objects is one row per member, a column per key.
+    const auto nodes = dom.find("id=\"extra-cluster-nodes\"");
+    REQUIRE(nodes != std::string::npos);
+    CHECK(dom.find("<th>lease_left_s</th><th>tasks</th>", nodes) != std::string::npos);
+    CHECK(dom.find("<td>7</td><td>9.50</td><td>2</td>", nodes) != std::string::npos);
 }

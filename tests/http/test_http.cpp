@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <httplib.h>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -170,4 +171,70 @@ TEST_CASE("MetricsServer rejects a bad port and a non-local address clearly", "[
     o.host = "192.0.2.1";
     CHECK_THROWS_WITH(ax::http::MetricsServer([] { return ax::MetricsSnapshot{}; }, o),
                       Catch::Contains("192.0.2.1:0"));
+}
+
+// The extension point a pg node is wired through (include/ax/pg/json.hpp, prometheus.hpp): ax::http
+// itself knows nothing of ax::pg, so the extra text here is hand-written in the same shape.
+TEST_CASE("MetricsServer serves extra_metrics and extra_json", "[http]") {
+    ax::MetricsSnapshot snap{};
+    snap.totals.succeeded = 5;
+    std::string extra = R"({"node":{"node_id":7,"claims_total":12,"lease_renewals_total":3,)"
+                        R"("mean_batch_size":2.5},"cluster":{"unclaimable_tasks":1,)"
+                        R"("nodes":{"7":{"lease_left_s":9.5,"tasks":2}}}})";
+    ax::http::MetricsServerOptions o;
+    o.threads = 1;
+    o.extra_metrics = [](std::string& body) {
+        body += "# HELP ax_pg_node_lease_renewals_total Lease renewals.\n"
+                "# TYPE ax_pg_node_lease_renewals_total counter\n"
+                "ax_pg_node_lease_renewals_total{node=\"7\"} 3\n";
+    };
+    o.extra_json = [&] { return extra; };
+    ax::http::MetricsServer server{[&] { return snap; }, o};
+    httplib::Client client("127.0.0.1", server.port());
+    client.set_read_timeout(std::chrono::seconds(10));
+
+    const auto m = client.Get("/metrics");
+    REQUIRE(m);
+    CHECK(m->status == 200);
+    INFO(m->body);
+    CHECK(sample_value(m->body, "ax_tasks_succeeded_total") == "5");
+    CHECK(m->body.find("\nax_pg_node_lease_renewals_total{node=\"7\"} 3\n") != std::string::npos);
+    ax_test::check_with_promtool(m->body);
+
+    const auto j = client.Get("/snapshot.json");
+    REQUIRE(j);
+    CHECK(j->status == 200);
+    INFO(j->body);
+    const auto doc = nlohmann::json::parse(j->body);
+    CHECK(doc.at("totals").at("succeeded") == 5);
+    CHECK(doc.at("extra").at("node").at("lease_renewals_total") == 3);
+    CHECK(doc.at("extra").at("node").at("mean_batch_size") == 2.5);
+    CHECK(doc.at("extra").at("cluster").at("nodes").at("7").at("tasks") == 2);
+
+    // The dashboard has the section that renders "extra".
+    const auto page = client.Get("/");
+    REQUIRE(page);
+    CHECK(page->body.find("id=\"extra\"") != std::string::npos);
+    CHECK(page->body.find("renderExtra(m.extra)") != std::string::npos);
+
+    // Text that is not a JSON object is a clear 500, not a broken snapshot.
+    extra = "[1, 2]";
+    const auto not_object = client.Get("/snapshot.json");
+    REQUIRE(not_object);
+    CHECK(not_object->status == 500);
+    CHECK(not_object->body.find("extra_json is not a JSON object") != std::string::npos);
+    extra = "{\"node\":";
+    const auto bad = client.Get("/snapshot.json");
+    REQUIRE(bad);
+    CHECK(bad->status == 500);
+    CHECK(bad->body.find("extra_json is not valid JSON") != std::string::npos);
+}
+
+TEST_CASE("MetricsServer without extra_json serves no \"extra\"", "[http]") {
+    ax::http::MetricsServer server{[] { return ax::MetricsSnapshot{}; }};
+    httplib::Client client("127.0.0.1", server.port());
+    const auto j = client.Get("/snapshot.json");
+    REQUIRE(j);
+    CHECK(j->status == 200);
+    CHECK_FALSE(nlohmann::json::parse(j->body).contains("extra"));
 }

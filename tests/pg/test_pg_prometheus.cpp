@@ -6,6 +6,7 @@
 #define CATCH_CONFIG_RUNNER
 #include "../promtool.hpp"
 
+#include <ax/pg/json.hpp>
 #include <ax/pg/pg.hpp>
 #include <ax/pg/prometheus.hpp>
 #include <catch2/catch.hpp>
@@ -13,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -92,6 +94,7 @@ TEST_CASE("a node's counters and the cluster status render with ax's conventions
     s.reclaimed_batches = 5;
     s.reclaimed_tasks = 50;
     s.checksum_mismatches = 1;
+    s.lease_renewals = 11;
     s.last_batch = 16;
     s.depth = 9;
     const std::string node = pg::to_prometheus(s);
@@ -110,6 +113,7 @@ TEST_CASE("a node's counters and the cluster status render with ax's conventions
     CHECK(v.at("ax_pg_node_reclaimed_batches_total{node=\"42\"}") == "5");
     CHECK(v.at("ax_pg_node_reclaimed_tasks_total{node=\"42\"}") == "50");
     CHECK(v.at("ax_pg_node_checksum_mismatches_total{node=\"42\"}") == "1");
+    CHECK(v.at("ax_pg_node_lease_renewals_total{node=\"42\"}") == "11");
     CHECK(v.at("ax_pg_node_last_batch_size{node=\"42\"}") == "16");
     CHECK(v.at("ax_pg_node_tasks_held{node=\"42\"}") == "9");
 
@@ -169,6 +173,66 @@ TEST_CASE("a node's counters and the cluster status render with ax's conventions
     ax_test::check_with_promtool(body);
 }
 
+TEST_CASE("a node's counters and the cluster status as JSON text", "[render]") {
+    pg::NodeStats s;
+    s.node_id = 42;
+    s.claims = 100;
+    s.batches = 60;
+    s.claimed = {10, 200, 30};
+    s.succeeded = 190;
+    s.failed = 7;
+    s.cancelled = 2;
+    s.released = 4;
+    s.reconnects = 1;
+    s.reclaimed_batches = 5;
+    s.reclaimed_tasks = 50;
+    s.checksum_mismatches = 1;
+    s.lease_renewals = 11;
+    s.vacuums = 3;
+    s.last_batch = 16;
+    s.depth = 9;
+    CHECK(pg::to_json_text(s) ==
+          "{\"node_id\":42,\"claims_total\":100,\"claim_batches_total\":60,"
+          "\"mean_batch_size\":4,\"last_batch_size\":16,\"tasks_held\":9,"
+          "\"tasks_claimed_total\":240,\"tasks_finished_total\":199,\"succeeded_total\":190,"
+          "\"failed_total\":7,\"cancelled_total\":2,\"released_total\":4,"
+          "\"reconnects_total\":1,\"reclaimed_batches_total\":5,\"reclaimed_tasks_total\":50,"
+          "\"checksum_mismatches_total\":1,\"lease_renewals_total\":11,\"vacuums_total\":3}");
+    // No batch yet: a mean of 0, not a division by zero.
+    CHECK(pg::to_json_text(pg::NodeStats{}).find("\"mean_batch_size\":0,") != std::string::npos);
+
+    pg::Status st;
+    st.counts.pending = {1, 2, 3};
+    st.counts.scheduled = {0, 4, 0};
+    st.counts.claimed = {0, 9, 0};
+    st.counts.dead_letters = 2;
+    st.oldest_pending_age_s = 1.25;
+    st.unclaimable = {{"resize [gpu]", 3}, {"we\"ird\\\nkind []", 1}};
+    st.unclaimable_total = 4;
+    pg::NodeInfo n42;
+    n42.id = 42;
+    n42.lease_left_s = 12.5;
+    n42.batches = 2;
+    n42.tasks = 9;
+    st.nodes = {n42};
+    st.reclaimed_batches = 5;
+    st.reclaimed_tasks = 50;
+    st.checksum_mismatches = 1;
+    CHECK(pg::to_json_text(st) ==
+          "{\"pending\":6,\"scheduled\":4,\"claimed\":9,\"dead_letters\":2,"
+          "\"oldest_pending_age_s\":1.25,\"unclaimable_tasks\":4,"
+          "\"unclaimable\":{\"resize [gpu]\":3,\"we\\\"ird\\\\\\u000akind []\":1},"
+          "\"nodes\":{\"42\":{\"lease_left_s\":12.5,\"batches\":2,\"tasks\":9}},"
+          "\"reclaimed_batches_total\":5,\"reclaimed_tasks_total\":50,"
+          "\"checksum_mismatches_total\":1}");
+    // Empty lists are empty objects; a non-finite age is null.
+    pg::Status empty;
+    empty.oldest_pending_age_s = std::numeric_limits<double>::infinity();
+    const std::string e = pg::to_json_text(empty);
+    CHECK(e.find("\"unclaimable\":{},\"nodes\":{}") != std::string::npos);
+    CHECK(e.find("\"oldest_pending_age_s\":null") != std::string::npos);
+}
+
 TEST_CASE("a real node's stats and the cluster status render and pass promtool", "[server]") {
     if (g_base.empty()) {
         WARN(
@@ -200,6 +264,7 @@ TEST_CASE("a real node's stats and the cluster status render and pass promtool",
     o.scheduler.max_workers = 2;
     o.poll_interval = 100ms;
     o.maintenance_interval = 200ms;
+    o.lease = 900ms; // renewed every 300 ms: some renewals while the tasks run
     pg::Node node(o);
     node.handle("noop", [](pg::Job&) {});
     node.start();
@@ -210,6 +275,9 @@ TEST_CASE("a real node's stats and the cluster status render and pass promtool",
     REQUIRE(c.counts().succeeded == static_cast<std::int64_t>(n));
     // The node acknowledges in batches: its own counter catches up with the database's.
     while (node.stats().succeeded < n && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(20ms);
+    // At least one renewal after a lease / 3.
+    while (node.stats().lease_renewals == 0 && std::chrono::steady_clock::now() < deadline)
         std::this_thread::sleep_for(20ms);
 
     const pg::NodeStats s = node.stats();
@@ -223,6 +291,9 @@ TEST_CASE("a real node's stats and the cluster status render and pass promtool",
           std::to_string(n));
     CHECK(v.at("ax_pg_node_claims_total{node=\"" + id + "\"}") == std::to_string(s.claims));
     CHECK(std::stoull(v.at("ax_pg_node_claim_batches_total{node=\"" + id + "\"}")) >= 1);
+    CHECK(s.lease_renewals >= 1);
+    CHECK(v.at("ax_pg_node_lease_renewals_total{node=\"" + id + "\"}") ==
+          std::to_string(s.lease_renewals));
     CHECK(v.at("ax_pg_cluster_nodes{}") == "1");
     CHECK(v.count("ax_pg_cluster_node_lease_left_seconds{node=\"" + id + "\"}") == 1);
     CHECK(v.at("ax_pg_cluster_unclaimable_tasks{}") == "1");

@@ -175,6 +175,11 @@ inline constexpr std::string_view dashboard_html = R"AXDASHBOARD(<!DOCTYPE html>
       <tbody id="groups-body"><tr><td class="none" colspan="7">no groups</td></tr></tbody>
     </table>
   </section>
+
+  <section class="card full" id="extra" hidden>
+    <h2>Extra (MetricsServerOptions::extra_json)</h2>
+    <div id="extra-body"></div>
+  </section>
 </div>
 
 <script>
@@ -324,12 +329,92 @@ function render(m) {
   }
 }
 
+// The snapshot's optional "extra" object (MetricsServerOptions::extra_json, e.g. an ax::pg node's
+// stats): its scalar members in a first table, then one key / value table per member object,
+// and below it one small table per object nested in that (an object of objects, such as nodes
+// by id, as one row per member); deeper levels are shown as JSON text. A number under a key
+// ending in "_total" also shows its rate per second since the previous poll.
+let extraPrev = null;
+const isObj = v => v !== null && typeof v === "object" && !Array.isArray(v);
+function renderExtra(x) {
+  const section = el("extra"), body = el("extra-body");
+  if (!isObj(x)) { section.hidden = true; extraPrev = null; return; }
+  section.hidden = false;
+  const now = performance.now(), prev = extraPrev;
+  extraPrev = { t: now, values: {} };
+  while (body.firstChild) body.removeChild(body.firstChild);
+  const show = (path, k, v) => {
+    if (typeof v === "number") {
+      extraPrev.values[path] = v;
+      let text = num(v);
+      if (k.endsWith("_total") && prev && typeof prev.values[path] === "number" && now > prev.t)
+        text += "  (" + num((v - prev.values[path]) * 1000 / (now - prev.t)) + " /s)";
+      return text;
+    }
+    if (v === null || v === undefined) return "–";
+    if (typeof v === "object") return JSON.stringify(v);
+    return String(v);
+  };
+  const table = (title, id) => {
+    const h = document.createElement("h3");
+    h.textContent = title;
+    body.appendChild(h);
+    const t = document.createElement("table");
+    t.id = id;
+    body.appendChild(t);
+    return t;
+  };
+  const kv = (title, id, entries, path) => {
+    const t = table(title, id);
+    if (!entries.length) {
+      const td = t.insertRow().insertCell();
+      td.className = "none"; td.textContent = "none";
+    }
+    for (const [k, v] of entries) {
+      const tr = t.insertRow();
+      tr.insertCell().textContent = k;
+      tr.insertCell().textContent = show(path + "." + k, k, v);
+    }
+  };
+  const rows = (title, id, obj, path) => {
+    const t = table(title, id);
+    const cols = [...new Set(Object.values(obj).flatMap(v => Object.keys(v)))];
+    const head = t.createTHead().insertRow();
+    for (const c of ["", ...cols]) {
+      const th = document.createElement("th");
+      th.textContent = c;
+      head.appendChild(th);
+    }
+    for (const [k, v] of Object.entries(obj)) {
+      const tr = t.insertRow();
+      tr.insertCell().textContent = k;
+      for (const c of cols) tr.insertCell().textContent = show(path + "." + k + "." + c, c, v[c]);
+    }
+  };
+  const top = Object.entries(x);
+  const scalars = top.filter(([, v]) => !isObj(v));
+  if (scalars.length) kv("values", "extra-values", scalars, "");
+  for (const [k, v] of top.filter(([, v]) => isObj(v))) {
+    const inner = Object.entries(v);
+    kv(k, "extra-" + k, inner.filter(([, y]) => !isObj(y)), k);
+    for (const [k2, v2] of inner.filter(([, y]) => isObj(y))) {
+      const vals = Object.values(v2);
+      if (vals.length && vals.every(isObj))
+        rows(k + ": " + k2, "extra-" + k + "-" + k2, v2, k + "." + k2);
+      else
+        kv(k + ": " + k2, "extra-" + k + "-" + k2, Object.entries(v2), k + "." + k2);
+    }
+  }
+}
+
 async function refresh() {
   const st = el("status");
   try {
     const r = await fetch("snapshot.json", { cache: "no-store" });
     if (!r.ok) throw new Error("HTTP " + r.status);
-    render(await r.json());
+    const m = await r.json();
+    render(m);
+    renderExtra(m.extra);
     st.textContent = "live"; st.className = "live";
     set("updated", "updated " + new Date().toLocaleTimeString("en-GB"));
   } catch (e) {

@@ -42,11 +42,25 @@ struct MetricsServerOptions {
     std::string scheduler = {};
     /// Threads serving requests (default 2; at least 1).
     std::size_t threads = 2;
+    /// When set, called on a server thread for each `GET /metrics` after the scheduler's
+    /// exposition, to append more Prometheus text to the body (default empty: none), e.g. an
+    /// ax::pg node's `ax::pg::append_prometheus(body, node.stats())`. What it appends must
+    /// follow the text format and not repeat the scheduler's families; it must be thread-safe
+    /// when `threads` > 1. An exception makes the scrape a 500.
+    std::function<void(std::string&)> extra_metrics = {};
+    /// When set, called on a server thread for each `GET /snapshot.json`; it returns the text of
+    /// a JSON object served as the snapshot's "extra" member, which the dashboard shows as key /
+    /// value tables (default empty: no "extra"), e.g. built with ax::pg::to_json_text()
+    /// (include/ax/pg/json.hpp). ax::http stays independent of ax::pg: the caller wires both.
+    /// Text that is not a JSON object makes the request a 500 naming the parse error.
+    std::function<std::string()> extra_json = {};
 };
 
 /// Serves, from a thread of its own:
-/// - `GET /metrics`: to_prometheus() of a fresh snapshot, with prometheus_content_type;
-/// - `GET /snapshot.json`: snapshot_json_text() of a fresh snapshot (application/json);
+/// - `GET /metrics`: to_prometheus() of a fresh snapshot, then MetricsServerOptions::
+///   extra_metrics' text when set, with prometheus_content_type;
+/// - `GET /snapshot.json`: snapshot_json_text() of a fresh snapshot (application/json), with an
+///   "extra" member from MetricsServerOptions::extra_json when set;
 /// - `GET /`: dashboard_html, a page with no external resources that polls /snapshot.json every
 ///   second;
 /// - `GET /healthz`: 200 "ok"; 404 for anything else.
@@ -118,6 +132,18 @@ class MetricsServer {
     }
 
   private:
+    static nlohmann::json parse_extra(const std::string& text) {
+        nlohmann::json j;
+        try {
+            j = nlohmann::json::parse(text);
+        } catch (const nlohmann::json::parse_error& e) {
+            throw std::runtime_error(std::string("extra_json is not valid JSON: ") + e.what());
+        }
+        if (!j.is_object())
+            throw std::runtime_error("extra_json is not a JSON object");
+        return j;
+    }
+
     void start() {
         server_ = std::make_unique<httplib::Server>();
         const std::size_t threads = options_.threads == 0 ? 1 : options_.threads;
@@ -140,8 +166,10 @@ class MetricsServer {
                 const ax::MetricsSnapshot snapshot = source_();
                 const ax::PrometheusOptions po{.prefix = options_.prefix,
                                                .scheduler = options_.scheduler};
-                res.set_content(ax::to_prometheus(snapshot, po),
-                                std::string(ax::prometheus_content_type).c_str());
+                std::string body = ax::to_prometheus(snapshot, po);
+                if (options_.extra_metrics)
+                    options_.extra_metrics(body);
+                res.set_content(body, std::string(ax::prometheus_content_type).c_str());
             } catch (const std::exception& e) {
                 res.status = 500;
                 res.set_content(std::string("metrics snapshot failed: ") + e.what() + "\n",
@@ -150,7 +178,16 @@ class MetricsServer {
         });
         server_->Get("/snapshot.json", [this](const httplib::Request&, httplib::Response& res) {
             try {
-                res.set_content(snapshot_json_text(source_()), json_content_type);
+                const ax::MetricsSnapshot snapshot = source_();
+                if (options_.extra_json) {
+                    nlohmann::json j = to_json(snapshot);
+                    j["extra"] = parse_extra(options_.extra_json());
+                    res.set_content(
+                        j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+                        json_content_type);
+                } else {
+                    res.set_content(snapshot_json_text(snapshot), json_content_type);
+                }
                 res.set_header("Cache-Control", "no-store");
             } catch (const std::exception& e) {
                 res.status = 500;

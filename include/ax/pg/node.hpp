@@ -175,6 +175,7 @@ class Node {
         s.reclaimed_tasks = reclaimed_tasks_.load(std::memory_order_relaxed);
         s.checksum_mismatches = mismatches_.load(std::memory_order_relaxed);
         s.vacuums = vacuums_.load(std::memory_order_relaxed);
+        s.lease_renewals = lease_renewals_.load(std::memory_order_relaxed);
         s.last_batch = last_batch_.load(std::memory_order_relaxed);
         s.depth = depth_.load(std::memory_order_relaxed);
         return s;
@@ -484,7 +485,7 @@ class Node {
     std::array<std::atomic<std::uint64_t>, 3> claimed_{};
     std::atomic<std::uint64_t> succeeded_{0}, failed_{0}, cancelled_{0}, released_{0};
     std::atomic<std::uint64_t> reconnects_{0}, reclaimed_batches_{0}, reclaimed_tasks_{0};
-    std::atomic<std::uint64_t> mismatches_{0}, vacuums_{0};
+    std::atomic<std::uint64_t> mismatches_{0}, vacuums_{0}, lease_renewals_{0};
     detail::Connection vacuum_conn_; // driver only: the node's own VACUUM passes
     bool vacuum_running_ = false;    // driver only
     std::chrono::steady_clock::time_point vacuum_started_{}; // driver only

@@ -141,6 +141,8 @@ struct NodeStats {
     std::uint64_t reclaimed_batches = 0;
     std::uint64_t reclaimed_tasks = 0;
     std::uint64_t checksum_mismatches = 0;
+    /// Lease renewal statements that succeeded (one per NodeOptions::lease / 3 while running).
+    std::uint64_t lease_renewals = 0;
     /// VACUUM passes of ax.tasks this node started (NodeOptions::vacuum_dead_rows).
     std::uint64_t vacuums = 0;
     std::uint32_t last_batch = 0;

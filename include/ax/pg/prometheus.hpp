@@ -27,9 +27,9 @@ namespace ax::pg {
 
 /// Appends one node's counters (Node::stats()): claim statements and batches, tasks claimed
 /// per priority, finished by outcome, handed back, reconnects, batches reclaimed from it and
-/// the tasks in them, payload checksum mismatches, the last batch's size and the tasks held.
-/// Per-node throughput is rate(<prefix>_pg_node_tasks_finished_total); the mean batch size is
-/// rate(..._tasks_claimed_total) / rate(..._claim_batches_total).
+/// the tasks in them, payload checksum mismatches, lease renewals, the last batch's size and the
+/// tasks held. Per-node throughput is rate(<prefix>_pg_node_tasks_finished_total); the mean batch
+/// size is rate(..._tasks_claimed_total) / rate(..._claim_batches_total).
 inline void append_prometheus(std::string& out, const NodeStats& s,
                               const PrometheusOptions& options = {}) {
     std::string prefix(options.prefix);
@@ -64,6 +64,8 @@ inline void append_prometheus(std::string& out, const NodeStats& s,
         s.reclaimed_tasks);
     one("node_checksum_mismatches_total", "counter",
         "Claimed tasks whose payload checksum did not match (not run).", s.checksum_mismatches);
+    one("node_lease_renewals_total", "counter",
+        "Lease renewals of this node that succeeded (one per lease / 3).", s.lease_renewals);
     one("node_last_batch_size", "gauge", "Tasks in the last batch this node claimed.",
         s.last_batch);
     one("node_tasks_held", "gauge", "Tasks claimed by this node and not yet finished.", s.depth);

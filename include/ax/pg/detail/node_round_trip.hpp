@@ -238,7 +238,9 @@ inline void Node::read_results(bool renewing, bool claiming) {
         } else {
             switch (step) {
             case Step::renew:
-                if (!r.boolean(0, 0))
+                if (r.boolean(0, 0))
+                    lease_renewals_.fetch_add(1, std::memory_order_relaxed);
+                else
                     need_register_ = true;
                 break;
             case Step::claim:
