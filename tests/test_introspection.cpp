@@ -235,10 +235,12 @@ TEST_CASE("oldest_waiting looks into the lanes and the group parking lists", "[i
     ax::Config cfg = one_worker();
     cfg.min_workers = 2;
     cfg.max_workers = 2;
+    // Declared before the scheduler, so they outlive its workers (a body may still be leaving
+    // gate.wait() when the test's last line runs).
+    Gate gate1, gate2, gate3;
     Sched sched{cfg};
     const ax::GroupId g = sched.group("g");
     sched.set_group_limit(g, 1);
-    Gate gate1, gate2, gate3;
     auto b1 = sched.submit([&] { gate1.wait(); }, {.name = "b1", .group = g});
     REQUIRE(b1);
     const ax::TaskId b1_id = b1->id();

@@ -312,7 +312,9 @@ TEST_CASE("JsonEventLog lines from several threads never interleave", "[http][ev
                 e.id = ax::TaskId{static_cast<std::uint64_t>(t)};
                 e.name = name;
                 e.attempt = static_cast<std::uint32_t>(i + 1);
-                e.error = "line \"" + std::to_string(i) + "\"\n";
+                // Held in a named string: TaskEvent's fields are views.
+                const std::string error = "line \"" + std::to_string(i) + "\"\n";
+                e.error = error;
                 log.write("retry", e);
             }
         });
