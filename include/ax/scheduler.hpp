@@ -158,7 +158,7 @@ void SchedulerCore<Clock, Controller>::cancel_all() {
     for (const auto j : joins)
         cancel_pinned(slab_->at(j), j);
     pool_.for_each([&](Worker& w) {
-        const auto c = w.current.load(std::memory_order_seq_cst); // pairs with Attempt::publish
+        const auto c = w.current.load(std::memory_order_relaxed);
         if (c == no_attempt)
             return;
         const auto i = static_cast<std::uint32_t>(c);

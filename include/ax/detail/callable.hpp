@@ -45,9 +45,7 @@ struct Attempt {
     /// the task still succeeded).
     std::exception_ptr destructor_error;
 
-    /// seq_cst: paired with shutdown(cancel), which sets "discarding" and then scans the claim
-    /// words; the worker publishes and then reads "discarding", so one of them sees the other.
-    void publish() noexcept { saved = claim->exchange(token, std::memory_order_seq_cst); }
+    void publish() noexcept { saved = claim->exchange(token, std::memory_order_acq_rel); }
     /// Claims the ending for the worker; false if the watchdog already took it.
     bool keep() noexcept {
         std::uint64_t t = token;
@@ -200,6 +198,7 @@ std::exception_ptr manage(ManagerOp op, TaskRecord& r, void* context) {
     auto& a = *static_cast<Attempt*>(context);
     // Read before the claim word is published: after that the watchdog may replace the pointer.
     F* f = storage_as<F, Inline>(r);
+    a.publish();
     // The watchdog took over: the stuck body's copy is ours to free, the record is not ours.
     auto abandon = [&]() -> std::exception_ptr {
         if constexpr (!Inline)

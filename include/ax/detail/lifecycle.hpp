@@ -32,11 +32,6 @@ class Lifecycle {
     [[nodiscard]] bool discarding() const noexcept {
         return discard_.load(std::memory_order_acquire);
     }
-    /// discarding(), ordered after a claim word the worker just published (seq_cst pairs with
-    /// start_discarding() and cancel_all()'s scan).
-    [[nodiscard]] bool discarding_seq_cst() const noexcept {
-        return discard_.load(std::memory_order_seq_cst);
-    }
 
     /// Shutdown begins: refuse new top-level work.
     void stop_accepting() noexcept { accepting_.store(false, std::memory_order_seq_cst); }

@@ -169,11 +169,6 @@ void SchedulerCore<Clock, Controller>::execute(std::uint32_t index, Worker& w, s
     a.token = (std::uint64_t{++w.serial} << 32) | index;
     TaskContext ctx(r, id, attempt, &now_ns, this, &w.current, a.token);
     a.ctx = &ctx;
-    // Published before the on_start hook and the body, then "discarding" is read: a
-    // shutdown(cancel) that scanned the claim words before this store still asks it to stop.
-    a.publish();
-    if (lifecycle_.discarding_seq_cst())
-        cancel(id);
     current_worker_owner = this;
     const Hooks& hooks = hooks_.hooks();
     if (hooks.on_start)
