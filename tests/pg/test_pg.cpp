@@ -521,8 +521,11 @@ TEST_CASE("tags: gpu tasks only on nodes offering gpu; untakeable tasks wait and
     a.handle("job", run_on("gpu-node"));
     pg::Node b(quick_node(db, "cpu-node"));
     b.handle("job", run_on("cpu-node"));
-    a.start();
+    // The cpu node starts alone and must run plain work before the gpu node joins: started together,
+    // the gpu node (which may also take plain tasks) could drain all 600 before the other's first claim.
     b.start();
+    REQUIRE(wait_until([&] { return c.counts().succeeded > 0; }, 60s));
+    a.start();
     REQUIRE(wait_until([&] { return c.counts().succeeded == 600; }, 60s));
     const auto status = c.status();
     a.stop();
