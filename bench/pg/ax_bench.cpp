@@ -220,6 +220,9 @@ int role_node() {
                          "(the PID saturates there)\n",
                          fixed);
     }
+    // --connections N: the node's links (NodeOptions::connections; default: the library's).
+    if (const auto links = opt_num("connections", 0); links > 0)
+        o.connections = static_cast<std::uint32_t>(links);
     const bool rtt = hook_claims(o);
     std::atomic<std::uint64_t> done{0};
     std::atomic<std::int64_t> first_ns{-1};

@@ -29,7 +29,8 @@ const HELP = `usage: bench.mjs [options]
   --recovery-cap-s S      stop waiting for recovery after S seconds (40)
   --rounds R              repeat every measurement R times, alternating the order (1)
   --workloads LIST        burndown,steady,churn,recovery (all)
-  --queues LIST           ax,ax-b50,ax-b200,ax-b500,graphile,pgboss (those available)
+  --queues LIST           ax,ax-b50,ax-b200,ax-b500,graphile,pgboss (those available; default all);
+                          ax-c1 (one connection per node, diagnostic) only when named
   --ax-bin PATH           the ax bench node program (ax rows are skipped without it)
   --ax-lease-s S          lease the ax nodes use (5)
   --out DIR               where pg.md, pg.svg and pg.json go (docs/bench; bench-results/pg with --quick)
@@ -84,16 +85,18 @@ const PEERS = path.join(here, "peers.mjs");
 const variants = [];
 const axBin = opt["ax-bin"];
 if (axBin && fs.existsSync(axBin)) {
-    const ax = (id, batch, config) => ({
+    const ax = (id, batch, config, extra = []) => ({
         id,
         family: "ax",
         label: "ax",
         config,
-        main: batch === "pid",
+        main: id === "ax",
         legend: ["ax", config],
-        cmd: (role, args) => [axBin, [role, "--batch", batch, "--lease-s", String(cfg.axLeaseS), ...args]],
+        cmd: (role, args) => [axBin, [role, "--batch", batch, "--lease-s", String(cfg.axLeaseS), ...extra, ...args]],
     });
     variants.push(ax("ax", "pid", "PID batch size"));
+    // Diagnostic, not in the default run: one connection per node (a strictly serial round trip).
+    variants.push(ax("ax-c1", "pid", "PID batch size, 1 connection", ["--connections", "1"]));
     variants.push(ax("ax-b50", "50", "fixed batch 50"));
     variants.push(ax("ax-b200", "200", "fixed batch 200"));
     variants.push(ax("ax-b500", "500", "fixed batch 500"));
@@ -118,7 +121,7 @@ variants.push({
     main: true,
     cmd: (role, args) => [process.execPath, [PEERS, role, "--queue", "pgboss", ...args]],
 });
-const chosen = opt.queues ? opt.queues.split(",") : variants.map((v) => v.id);
+const chosen = opt.queues ? opt.queues.split(",") : variants.map((v) => v.id).filter((id) => id !== "ax-c1");
 const active = variants.filter((v) => chosen.includes(v.id));
 for (const id of chosen)
     if (!variants.some((v) => v.id === id)) console.error(`bench.mjs: unknown or unavailable queue ${id}: skipped`);
@@ -516,11 +519,18 @@ async function churn(v) {
     p.send("go");
     const h = await startNodes(v, cfg.churnNodes, p);
     let at10 = null;
+    // The size at every tenth of the churn: a table that levels off stays flat over the second
+    // half; one that grows with the finished tasks keeps climbing (doubling from 50 % to 100 %).
+    const samples = [];
     const deadline = Date.now() + cfg.churnMaxS * 1000;
     let timedOut = false;
     while (!p.latest.drained) {
         if (h.cs.some((c) => c.exitInfo) || p.exitInfo) throw new Error(`${v.id}: a process exited in the churn`);
-        if (at10 === null && h.done() >= cfg.churn / 10) at10 = { done: h.done(), bytes: await hotTableBytes(info) };
+        const due = (samples.length + 1) * (cfg.churn / 10);
+        if (samples.length < 9 && h.done() >= due) {
+            samples.push({ done: h.done(), bytes: await hotTableBytes(info) });
+            if (at10 === null) at10 = samples[0];
+        }
         if (Date.now() > deadline) {
             timedOut = true;
             break;
@@ -532,6 +542,7 @@ async function churn(v) {
     const left = await unfinished(info);
     const after = await hotTableStats(info);
     after.other_bytes = await otherBytes(info);
+    samples.push({ done: r.tasks, bytes: after.bytes });
     return {
         other_tables: info.other_tables || [],
         variant: v.id,
@@ -543,6 +554,7 @@ async function churn(v) {
         unfinished: left,
         before,
         at10,
+        samples,
         after,
     };
 }

@@ -521,8 +521,9 @@ TEST_CASE("tags: gpu tasks only on nodes offering gpu; untakeable tasks wait and
     a.handle("job", run_on("gpu-node"));
     pg::Node b(quick_node(db, "cpu-node"));
     b.handle("job", run_on("cpu-node"));
-    // The cpu node starts alone and must run plain work before the gpu node joins: started together,
-    // the gpu node (which may also take plain tasks) could drain all 600 before the other's first claim.
+    // The cpu node starts alone and must run plain work before the gpu node joins: started
+    // together, the gpu node (which may also take plain tasks) could drain all 600 before the
+    // other's first claim.
     b.start();
     REQUIRE(wait_until([&] { return c.counts().succeeded > 0; }, 60s));
     a.start();
@@ -785,6 +786,17 @@ TEST_CASE("bad input gets a clear error and loses nothing", "[pg][bad_input]") {
     auto bad_opts = quick_node(db, "x");
     bad_opts.max_batch = 0;
     CHECK_THROWS_AS(pg::Node(bad_opts), std::invalid_argument);
+    for (const std::uint32_t links : {0u, 17u}) {
+        auto o = quick_node(db, "x");
+        o.connections = links;
+        try {
+            pg::Node bad(o);
+            FAIL("connections = " << links << " accepted");
+        } catch (const std::invalid_argument& e) {
+            CHECK(std::string(e.what()).find("connections = " + std::to_string(links) +
+                                             ": must be in 1..16") != std::string::npos);
+        }
+    }
     pg::Node none(quick_node(db, "none"));
     CHECK_THROWS_AS(none.start(), std::logic_error); // no handler
     // A payload at the limit is fine, and arrives intact (binary, with NUL bytes).
@@ -915,6 +927,125 @@ TEST_CASE("a lane's token bucket caps what the node claims from it", "[pg][rate]
     CHECK(secs >= 1.8);
     CHECK(node.stats().claimed[2] == 110);
     CHECK(node.stats().claimed[1] == 200);
+}
+
+TEST_CASE("two links keep two claims in the server at once; stop hands back what was in flight",
+          "[pg][links]") {
+    Db db("ax_t_links");
+    pg::Client c(db.conninfo);
+    const std::size_t n = 400;
+    const auto ids = c.enqueue_many(tasks_of("k", n));
+    // Every claim sleeps 200 ms in the server (its insert into ax.batches), so a claim that
+    // overlaps another is there to be seen, however loaded the machine.
+    {
+        auto s = db.sql();
+        s.exec("CREATE FUNCTION slow_claim() RETURNS trigger LANGUAGE plpgsql AS "
+               "$$ BEGIN PERFORM pg_sleep(0.2); RETURN NEW; END $$");
+        s.exec("CREATE TRIGGER slow_claim BEFORE INSERT ON ax.batches FOR EACH ROW "
+               "EXECUTE FUNCTION slow_claim()");
+    }
+    auto watcher = db.sql();
+    const auto claims_in_server = [&] {
+        return watcher
+            .exec("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                  "AND state = 'active' AND pid <> pg_backend_pid() "
+                  "AND query LIKE '%INSERT INTO ax.batches (node_id, size%'")
+            .int64(0, 0);
+    };
+    std::atomic<std::uint64_t> ran{0};
+    const auto options = [&](std::uint32_t links) {
+        auto o = quick_node(db, "links" + std::to_string(links));
+        o.connections = links;
+        o.max_batch = 8;
+        return o;
+    };
+    {
+        // One link: one claim at a time.
+        pg::Node one(options(1));
+        one.handle("k", [&](pg::Job&) { ran.fetch_add(1); });
+        one.start();
+        REQUIRE(wait_until([&] { return one.stats().claims >= 1; }, 30s));
+        std::int64_t most = 0;
+        for (int i = 0; i < 40; ++i) {
+            most = std::max(most, claims_in_server());
+            std::this_thread::sleep_for(10ms);
+        }
+        CHECK(most <= 1);
+        one.stop();
+        const auto st = one.stats();
+        CHECK(st.claimed[0] + st.claimed[1] + st.claimed[2] == st.succeeded + st.released);
+        CHECK(st.round_trips >= st.claims);
+    }
+    // Two links; both workers block in their handler until the gate opens, so every other
+    // claimed task waits in the local queue.
+    auto o2 = options(2);
+    o2.tasks_per_worker = 64;
+    o2.stop_grace = 120s; // the blocked handlers finish when the gate opens
+    std::atomic<bool> gate{false};
+    std::atomic<int> blocked{0};
+    pg::Node two(o2);
+    two.handle("k", [&](pg::Job&) {
+        blocked.fetch_add(1);
+        while (!gate.load())
+            std::this_thread::sleep_for(1ms);
+        ran.fetch_add(1);
+    });
+    two.start();
+    // Wait until a claim was read back and two more are in the server: the driver reads the
+    // older one when stop() comes, then hands back what is queued, then reads the newer one.
+    REQUIRE(wait_until([&] { return two.stats().claims >= 1 && claims_in_server() >= 2; }, 30s));
+    // Stop while both links carry a claim (each takes 200 ms in the server): the tasks of a
+    // claim read back after stop() go back with the unstarted ones instead of being queued to
+    // run. Once no claim is left in the server, everything claimed is either one of the two
+    // blocked tasks or handed back.
+    std::thread stopper([&] { two.stop(); });
+    const auto claimed_of = [](const pg::NodeStats& s) {
+        return s.claimed[0] + s.claimed[1] + s.claimed[2];
+    };
+    const bool settled = wait_until(
+        [&] {
+            const auto s = two.stats();
+            return claims_in_server() == 0 && blocked.load() == 2 &&
+                   claimed_of(s) == s.released + 2;
+        },
+        60s);
+    gate.store(true);
+    stopper.join();
+    CHECK(settled);
+    const auto st = two.stats();
+    std::printf("  two links: %llu claims, %llu round trips, %llu succeeded, %llu handed back\n",
+                static_cast<unsigned long long>(st.claims),
+                static_cast<unsigned long long>(st.round_trips),
+                static_cast<unsigned long long>(st.succeeded),
+                static_cast<unsigned long long>(st.released));
+    CHECK(st.succeeded == 2);
+    CHECK(claimed_of(st) == st.succeeded + st.released);
+    CHECK(db.scalar("SELECT count(*) FROM ax.tasks WHERE node_id IS NOT NULL") == 0);
+    CHECK(db.scalar("SELECT count(*) FROM ax.batches") == 0);
+    const auto finished = c.counts().succeeded;
+    CHECK(static_cast<std::uint64_t>(finished) == ran.load());
+    CHECK(db.scalar("SELECT count(*) FROM ax.tasks WHERE attempts = 0") ==
+          static_cast<std::int64_t>(n) - finished);
+    // The rest runs to the end, each task once, on a node with four links.
+    watcher.exec("DROP TRIGGER slow_claim ON ax.batches");
+    std::mutex m;
+    std::set<std::int64_t> seen;
+    std::atomic<int> dups{0};
+    pg::Node four(options(4));
+    four.handle("k", [&](pg::Job& j) {
+        std::lock_guard lock(m);
+        if (!seen.insert(j.id()).second)
+            dups.fetch_add(1);
+    });
+    four.start();
+    REQUIRE(wait_until([&] { return c.counts().live() == 0; }, 60s));
+    four.stop();
+    CHECK(dups.load() == 0);
+    CHECK(static_cast<std::int64_t>(seen.size()) == static_cast<std::int64_t>(n) - finished);
+    CHECK(c.counts().succeeded == static_cast<std::int64_t>(n));
+    CHECK(db.scalar("SELECT count(*) FROM ax.batches") == 0);
+    CHECK(db.scalar("SELECT value FROM ax.counters WHERE name = 'checksum_mismatches'") == 0);
+    CHECK(c.query(ids.back().id)->attempts == 1);
 }
 
 TEST_CASE("claim splitting and the batch-size PID (no database)", "[pg][logic]") {

@@ -125,6 +125,8 @@ class Node {
         const auto now = std::chrono::steady_clock::now();
         for (std::size_t p = 0; p < 3; ++p)
             buckets_[p] = {opt_.rate_per_s[p], opt_.burst[p], opt_.burst[p], now};
+        flights_.resize(opt_.connections);
+        more_conns_.resize(opt_.connections - 1);
         for (auto& k : kinds_)
             kinds_param_.add_bytes(k);
         for (auto& t : opt_.tags)
@@ -176,6 +178,7 @@ class Node {
         s.checksum_mismatches = mismatches_.load(std::memory_order_relaxed);
         s.vacuums = vacuums_.load(std::memory_order_relaxed);
         s.lease_renewals = lease_renewals_.load(std::memory_order_relaxed);
+        s.round_trips = round_trips_.load(std::memory_order_relaxed);
         s.last_batch = last_batch_.load(std::memory_order_relaxed);
         s.depth = depth_.load(std::memory_order_relaxed);
         return s;
@@ -185,6 +188,23 @@ class Node {
     [[nodiscard]] const NodeOptions& options() const noexcept { return opt_; }
 
   private:
+    using Clock = std::chrono::steady_clock;
+
+    // One queued statement of the current round trip, and what its result means.
+    enum class Step : std::uint8_t {
+        ack,
+        fail,
+        release,
+        close,
+        begin,
+        set_local,
+        renew,
+        claim,
+        commit,
+        maintain,
+        sync
+    };
+
     // ------------------------------------------------------------------ slots and batches
     enum Phase : std::uint8_t { free_phase, queued, running_phase, done_phase, handed_back };
     enum Outcome : std::uint8_t { ok, failed, permanent, cancelled_outcome };
@@ -214,9 +234,30 @@ class Node {
         std::uint32_t size = 0;
         std::uint32_t accounted = 0; // tasks reported or handed back (queued for acknowledgement)
         std::uint32_t confirmed = 0; // of those, acknowledged by the database
+        std::uint32_t in_flight = 0; // of those, in a round trip not yet read back
         std::int64_t xor_ids = 0;
         bool in_use = false;
         bool stale = false; // the node re-registered: the database forgot this batch
+    };
+
+    /// What one link (connection) carries between a round trip's send and its read: the
+    /// results it acknowledges (their slots stay held until it is read back), the batches it
+    /// closes and the claim it asked for (`promised` slots are kept free for it).
+    struct Flight {
+        bool busy = false;
+        bool claim = false;
+        std::uint64_t seq = 0; // send order: the oldest busy flight is read first
+        std::uint32_t promised = 0;
+        std::array<std::uint32_t, 3> asked{};
+        std::vector<Step> steps;
+        std::vector<std::uint32_t> acked_slots;
+        std::vector<std::uint32_t> close_batches;
+        detail::BinaryArray ack_ids{detail::BinaryArray::int8_oid};
+        detail::BinaryArray fail_ids{detail::BinaryArray::int8_oid};
+        detail::BinaryArray fail_errors{detail::BinaryArray::text_oid};
+        detail::BinaryArray fail_perm{detail::BinaryArray::bool_oid};
+        detail::BinaryArray fail_delay{detail::BinaryArray::int8_oid};
+        detail::BinaryArray release_ids{detail::BinaryArray::int8_oid};
     };
 
     static std::uint64_t word(std::uint64_t gen, Phase p) noexcept { return gen << 8 | p; }
@@ -319,6 +360,8 @@ class Node {
             bad("max_batch", std::to_string(opt_.max_batch), "must be in 1..65536");
         if (opt_.ack_batch == 0)
             bad("ack_batch", "0", "must be at least 1");
+        if (opt_.connections == 0 || opt_.connections > 16)
+            bad("connections", std::to_string(opt_.connections), "must be in 1..16");
         const std::pair<const char*, std::chrono::milliseconds> durations[] = {
             {"lease", opt_.lease},
             {"maintenance_interval", opt_.maintenance_interval},
@@ -345,22 +388,6 @@ class Node {
 
     // ------------------------------------------------------------------ the driver
     // Declared here, defined by role in the headers included at the end of this file.
-    using Clock = std::chrono::steady_clock;
-
-    // One queued statement of the current round trip, and what its result means.
-    enum class Step : std::uint8_t {
-        ack,
-        fail,
-        release,
-        close,
-        begin,
-        set_local,
-        renew,
-        claim,
-        commit,
-        maintain,
-        sync
-    };
 
     // detail/node_driver.hpp: the driver thread's loop, its connection and its sleeps.
     void drive();
@@ -385,35 +412,55 @@ class Node {
         return empty_[0] && empty_[1] && empty_[2];
     }
 
-    // detail/node_round_trip.hpp: one pipelined round trip (acknowledge, claim, renew, maintain).
-    /// One round trip: acknowledgements (their own transaction, durable commit), then claim and
-    /// lease renewal (one transaction with asynchronous commit: a claim lost in a crash is
-    /// claimable again), then maintenance when due. Returns false when the node is done.
+    // detail/node_round_trip.hpp: the pipelined round trips (acknowledge, claim, renew,
+    // maintain), up to NodeOptions::connections of them in flight at once, one per link.
+    /// One step of the driver: send a round trip on a free link when one is worth it, read the
+    /// oldest one back when no link is free for the next or nothing else was sent, sleep when
+    /// none is in flight and nothing is due. Returns false when the node is done.
     bool cycle();
+    /// Queues one round trip on link `li`: acknowledgements (their own transaction, durable
+    /// commit), then claim and lease renewal (one transaction with asynchronous commit: a claim
+    /// lost in a crash is claimable again), then maintenance when due. False if nothing was due.
+    bool send_flight(std::size_t li, Clock::time_point now, bool stopping, bool others_busy);
+    /// Reads link `li`'s round trip back and applies it (acknowledgements confirmed, the claim
+    /// taken). Throws when the link broke or the acknowledgement failed; the flight then stays
+    /// busy so that drop_links() puts its results back for the next attempt.
+    void read_flight(std::size_t li);
+    /// Reads every busy flight, oldest first.
+    void drain_flights();
+    /// The oldest busy link, or links_.size() when none is busy.
+    std::size_t oldest_busy() const noexcept;
+    std::size_t busy_links() const noexcept;
+    std::uint32_t promised() const noexcept;
+    /// A link broke: close every link; the results of every unread round trip go back into
+    /// the pending arrays (a claim in flight is left to its lease).
+    void drop_links() noexcept;
     const std::string& node_text();
-    void send(int ok, Step step);
-    void send_prepared(const char* name, std::array<const char*, 2> node_and_null,
-                       detail::BinaryArray& ids, Step step);
-    void sync();
+    void send(std::size_t li, int ok, Step step);
+    void send_prepared(std::size_t li, const char* name, detail::BinaryArray& ids, Step step);
+    void sync(std::size_t li);
     bool acks_pending() const noexcept;
     std::size_t pending_done();
     bool all_closed() const noexcept;
     /// Whether to claim now, and how many per lane.
     bool want_claim(Clock::time_point now, std::array<std::uint32_t, 3>& quota);
-    void read_results(bool renewing, bool claiming);
 
     // detail/node_batches.hpp: the slots' and batches' bookkeeping, maintenance and rescue.
     void on_maintain(detail::Result& r);
-    /// The acknowledgement transaction committed: free the slots and finished batches.
-    void acks_confirmed();
+    /// A round trip's acknowledgement transaction committed: free its slots and the batches it
+    /// closed.
+    void acks_confirmed(Flight& f);
     void release_batch(std::uint32_t bi);
     /// Moves finished slots into the acknowledgement arrays.
     void collect_done();
-    /// Counts a slot into its batch; a fully accounted batch is closed in the same round trip.
+    /// Adds a finished or handed-back slot's result to the pending acknowledgement arrays.
+    void add_result(std::uint32_t idx);
+    /// Counts a slot into its batch; a fully accounted batch is closed in the round trip that
+    /// carries its last results.
     void account(std::uint32_t idx);
     /// stop(): every slot still queued locally goes back to the database at once.
     void hand_back_unstarted();
-    void take_claim(detail::Result rows);
+    void take_claim(detail::Result rows, const std::array<std::uint32_t, 3>& asked);
 
     /// Maintenance scheduled at the earliest lease expiry runs this long after it (on_maintain).
     static constexpr std::int64_t expiry_slack_ms = 5;
@@ -446,13 +493,20 @@ class Node {
     int wake_fd_ = -1;
 
     // Driver-only state.
-    detail::Connection conn_;
+    detail::Connection conn_; // the primary link: registration, LISTEN, the idle sleep
+    /// The other links (NodeOptions::connections - 1): claims and acknowledgements only. Link
+    /// 0 is conn_, link i > 0 is more_conns_[i - 1]; flights_[i] is what link i carries.
+    std::vector<detail::Connection> more_conns_;
+    std::vector<Flight> flights_;
+    std::uint64_t flight_seq_ = 0;
+    std::size_t next_link_ = 0;
+    bool last_sent_claim_ = false;
     std::int64_t node_id_ = 0;
     std::string node_text_;
     std::int64_t node_text_id_ = -1;
-    std::vector<Step> steps_;
     detail::BinaryArray kinds_param_{detail::BinaryArray::text_oid};
     detail::BinaryArray tags_param_{detail::BinaryArray::text_oid};
+    // Results not yet sent: the next round trip takes them (swapped into its Flight).
     detail::BinaryArray ack_ids_{detail::BinaryArray::int8_oid};
     detail::BinaryArray fail_ids_{detail::BinaryArray::int8_oid};
     detail::BinaryArray fail_errors_{detail::BinaryArray::text_oid};
@@ -462,10 +516,10 @@ class Node {
     detail::BinaryArray renew_ids_{detail::BinaryArray::int8_oid};
     std::vector<std::uint32_t> acked_slots_;
     std::vector<std::uint32_t> close_batches_;
+    std::vector<std::uint32_t> close_later_; // driver only: scratch of send_flight
     detail::BatchPid pid_;
     detail::LaneSplitter splitter_;
     std::array<detail::TokenBucket, 3> buckets_{};
-    std::array<std::uint32_t, 3> asked_{};
     std::array<bool, 3> empty_{false, false, false};
     std::array<bool, 3> overdue_{false, false, false};
     bool claim_now_ = true;
@@ -485,7 +539,7 @@ class Node {
     std::array<std::atomic<std::uint64_t>, 3> claimed_{};
     std::atomic<std::uint64_t> succeeded_{0}, failed_{0}, cancelled_{0}, released_{0};
     std::atomic<std::uint64_t> reconnects_{0}, reclaimed_batches_{0}, reclaimed_tasks_{0};
-    std::atomic<std::uint64_t> mismatches_{0}, vacuums_{0}, lease_renewals_{0};
+    std::atomic<std::uint64_t> mismatches_{0}, vacuums_{0}, lease_renewals_{0}, round_trips_{0};
     detail::Connection vacuum_conn_; // driver only: the node's own VACUUM passes
     bool vacuum_running_ = false;    // driver only
     std::chrono::steady_clock::time_point vacuum_started_{}; // driver only

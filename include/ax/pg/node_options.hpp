@@ -89,6 +89,14 @@ struct NodeOptions {
     /// the default) and the bucket's burst. A limited lane's share goes to the other lanes.
     std::array<double, 3> rate_per_s{0, 0, 0};
     std::array<double, 3> burst{100, 100, 100};
+    /// Database connections the node keeps a round trip in flight on (default 2, 1..16). One
+    /// backend runs its statements one after another, so with one connection a node of short
+    /// tasks waits for the server's claim and acknowledgement of each batch in turn (about 58k
+    /// no-op tasks/s on 2 vCPUs, bench/pg); with two, one batch's claim and acknowledgement run
+    /// while the node reads the other's results and runs its tasks. More uses more of the
+    /// server's max_connections and holds more claimed tasks in flight (each link's claim is
+    /// kept room for in the local buffer); 1 is a strictly serial round trip.
+    std::uint32_t connections = 2;
     /// Lease of each claimed batch (default 30 s), renewed every lease / 3. A dead node's tasks
     /// run again elsewhere after about one lease: shorter recovers faster but renews more often
     /// and risks reclaiming from a node that is only slow.
@@ -143,6 +151,8 @@ struct NodeStats {
     std::uint64_t checksum_mismatches = 0;
     /// Lease renewal statements that succeeded (one per NodeOptions::lease / 3 while running).
     std::uint64_t lease_renewals = 0;
+    /// Pipelined round trips sent (each: acknowledgements, claim, renewal, maintenance as due).
+    std::uint64_t round_trips = 0;
     /// VACUUM passes of ax.tasks this node started (NodeOptions::vacuum_dead_rows).
     std::uint64_t vacuums = 0;
     std::uint32_t last_batch = 0;

@@ -43,32 +43,33 @@ inline void Node::on_maintain(detail::Result& r) {
     }
 }
 
-inline void Node::acks_confirmed() {
-    for (std::uint32_t idx : acked_slots_) {
+inline void Node::acks_confirmed(Flight& f) {
+    for (std::uint32_t idx : f.acked_slots) {
         Slot& s = slots_[idx];
         Batch& b = batches_[s.batch];
         b.confirmed += 1;
+        b.in_flight -= 1;
         const std::uint64_t gen = s.word.load() >> 8;
         s.word.store(word(gen + 1, free_phase));
         s.cancel.store(false);
         free_.push_back(idx);
     }
-    acked_slots_.clear();
-    for (std::uint32_t bi : close_batches_)
+    f.acked_slots.clear();
+    for (std::uint32_t bi : f.close_batches)
         release_batch(bi);
-    close_batches_.clear();
+    f.close_batches.clear();
     // Batches the database forgot (stale) are freed locally once all their tasks are done.
     for (std::uint32_t bi = 0; bi < batches_.size(); ++bi) {
         Batch& b = batches_[bi];
         if (b.in_use && b.stale && b.confirmed == b.size)
             release_batch(bi);
     }
-    ack_ids_.clear();
-    fail_ids_.clear();
-    fail_errors_.clear();
-    fail_perm_.clear();
-    fail_delay_.clear();
-    release_ids_.clear();
+    f.ack_ids.clear();
+    f.fail_ids.clear();
+    f.fail_errors.clear();
+    f.fail_perm.clear();
+    f.fail_delay.clear();
+    f.release_ids.clear();
 }
 
 inline void Node::release_batch(std::uint32_t bi) {
@@ -85,31 +86,46 @@ inline void Node::collect_done() {
         done_local_.swap(done_);
     }
     for (std::uint32_t idx : done_local_) {
-        Slot& s = slots_[idx];
-        switch (s.outcome) {
+        switch (slots_[idx].outcome) {
         case ok:
-            ack_ids_.add_int64(s.id);
             succeeded_.fetch_add(1, std::memory_order_relaxed);
             break;
         case cancelled_outcome:
-            ack_ids_.add_int64(s.id); // the database turns it into cancelled
             cancelled_.fetch_add(1, std::memory_order_relaxed);
             break;
         case failed:
-        case permanent: {
-            fail_ids_.add_int64(s.id);
-            fail_errors_.add_bytes(s.error);
-            fail_perm_.add_bool(s.outcome == permanent);
-            const auto d = retry_delay(opt_.scheduler.retry_base_delay, opt_.scheduler.retry_jitter,
-                                       s.attempt + 1, unit_(rng_));
-            fail_delay_.add_int64(std::chrono::duration_cast<std::chrono::milliseconds>(d).count());
+        case permanent:
             failed_.fetch_add(1, std::memory_order_relaxed);
             break;
         }
-        }
+        add_result(idx);
         account(idx);
     }
     done_local_.clear();
+}
+
+inline void Node::add_result(std::uint32_t idx) {
+    Slot& s = slots_[idx];
+    if ((s.word.load() & 0xff) == handed_back) {
+        release_ids_.add_int64(s.id);
+        return;
+    }
+    switch (s.outcome) {
+    case ok:
+    case cancelled_outcome: // the database turns a cancel-requested task into cancelled
+        ack_ids_.add_int64(s.id);
+        break;
+    case failed:
+    case permanent: {
+        fail_ids_.add_int64(s.id);
+        fail_errors_.add_bytes(s.error);
+        fail_perm_.add_bool(s.outcome == permanent);
+        const auto d = retry_delay(opt_.scheduler.retry_base_delay, opt_.scheduler.retry_jitter,
+                                   s.attempt + 1, unit_(rng_));
+        fail_delay_.add_int64(std::chrono::duration_cast<std::chrono::milliseconds>(d).count());
+        break;
+    }
+    }
 }
 
 inline void Node::account(std::uint32_t idx) {
@@ -132,20 +148,20 @@ inline void Node::hand_back_unstarted() {
             continue;
         if (!s.word.compare_exchange_strong(w, word(w >> 8, handed_back)))
             continue;
-        release_ids_.add_int64(s.id);
+        add_result(i);
         released_.fetch_add(1, std::memory_order_relaxed);
         depth_.fetch_sub(1);
         account(i);
     }
 }
 
-inline void Node::take_claim(detail::Result rows) {
+inline void Node::take_claim(detail::Result rows, const std::array<std::uint32_t, 3>& asked) {
     claims_.fetch_add(1, std::memory_order_relaxed);
     const int n = rows.rows();
     std::array<std::uint32_t, 3> got{};
     std::array<std::int64_t, 3> max_wait{};
     if (n == 0) {
-        empty_ = {got[0] < asked_[0], got[1] < asked_[1], got[2] < asked_[2]};
+        empty_ = {got[0] < asked[0], got[1] < asked[1], got[2] < asked[2]};
         last_claim_full_ = false;
         claim_now_ = false;
         pid_.reset();
@@ -167,6 +183,7 @@ inline void Node::take_claim(detail::Result rows) {
     b.size = static_cast<std::uint32_t>(n);
     b.db_id = detail::be64(PQgetvalue(res, 0, 1));
     last_batch_.store(b.size, std::memory_order_relaxed);
+    const bool stopping = stopping_.load();
     std::lock_guard lock(local_mutex_);
     for (int i = 0; i < n; ++i) {
         const std::uint32_t idx = free_.back();
@@ -186,6 +203,15 @@ inline void Node::take_claim(detail::Result rows) {
         s.outcome = ok;
         got[p] += 1;
         const std::uint64_t gen = s.word.load() >> 8;
+        if (stopping) {
+            // A claim that was in flight on another link when stop() came: its tasks go back
+            // with the others that never started, not to the local workers.
+            s.word.store(word(gen, handed_back));
+            add_result(idx);
+            released_.fetch_add(1, std::memory_order_relaxed);
+            account(idx);
+            continue;
+        }
         s.word.store(word(gen, queued));
         depth_.fetch_add(1);
         SubmitOptions so;
@@ -200,7 +226,7 @@ inline void Node::take_claim(detail::Result rows) {
             // it straight back.
             std::uint64_t w = word(gen, queued);
             if (s.word.compare_exchange_strong(w, word(gen, handed_back))) {
-                release_ids_.add_int64(s.id);
+                add_result(idx);
                 released_.fetch_add(1, std::memory_order_relaxed);
                 depth_.fetch_sub(1);
                 account(idx);
@@ -211,9 +237,9 @@ inline void Node::take_claim(detail::Result rows) {
     for (std::size_t p = 0; p < 3; ++p) {
         claimed_[p].fetch_add(got[p], std::memory_order_relaxed);
         buckets_[p].take(got[p]);
-        empty_[p] = got[p] < asked_[p];
+        empty_[p] = got[p] < asked[p];
         overdue_[p] = max_wait[p] > max_wait_ms_;
-        asked_total += asked_[p];
+        asked_total += asked[p];
     }
     last_claim_full_ = static_cast<std::uint32_t>(n) >= asked_total;
     claim_now_ = last_claim_full_;

@@ -25,10 +25,14 @@ inline void Node::drive() {
         sleep_for(std::chrono::duration_cast<std::chrono::milliseconds>(d));
     };
     while (true) {
-        if (!conn_.ok()) {
+        bool linked = conn_.ok();
+        for (auto& c : more_conns_)
+            linked = linked && c.ok();
+        if (!linked) {
             if (stopping_.load() && stop_deadline_passed())
                 break;
             try {
+                drop_links();
                 connect();
                 if (failures > 0) {
                     reconnects_.fetch_add(1);
@@ -36,7 +40,7 @@ inline void Node::drive() {
                 }
                 failures = 0;
             } catch (const std::exception& e) {
-                conn_.close();
+                drop_links();
                 ++failures;
                 if (failures == 1)
                     event(std::string("connection lost, retrying: ") + e.what());
@@ -52,7 +56,7 @@ inline void Node::drive() {
             // start over after a back-off, keeping every result for the next attempt
             // (nothing is lost).
             event(std::string("connection lost or statement failed: ") + e.what());
-            conn_.close();
+            drop_links();
             ++failures;
             back_off();
         }
@@ -68,7 +72,7 @@ inline void Node::drive() {
         }
     } catch (const std::exception&) {
     }
-    conn_.close();
+    drop_links();
     vacuum_conn_.close();
     driver_done_.store(true);
 }
@@ -140,13 +144,8 @@ inline void Node::drain_wake() noexcept {
 inline void Node::connect() {
     conn_ = detail::Connection::open(opt_.conninfo);
     detail::require_schema(conn_);
-    // The claim's first five executions would otherwise be planned for their parameters, where
-    // PostgreSQL (no statistics for `tags <@`) guesses ~0.5 % of rows match and chooses a full
-    // scan and sort: 130-170 ms per claim instead of ~8 ms with the generic plan that uses the
-    // partial claim index (bench/pg/explain-claim.sh). The node's statements are all prepared
-    // and index-driven, so the generic plan is the right one from the first call.
-    conn_.exec("SET plan_cache_mode = force_generic_plan");
-    PGconn* c = conn_.get();
+    for (auto& m : more_conns_)
+        m = detail::Connection::open(opt_.conninfo);
     struct P {
         const char* name;
         const char* sql;
@@ -164,10 +163,27 @@ inline void Node::connect() {
          "next_expiry_ms, dead_rows FROM ax.maintain($1, $2)",
          {20, 23}},
     };
-    for (const P& s : stmts)
-        conn_.check(detail::Result(PQprepare(c, s.name, s.sql, static_cast<int>(s.types.size()),
-                                             s.types.data())),
-                    s.sql);
+    const auto prepare = [&](detail::Connection& conn) {
+        // The claim's first five executions would otherwise be planned for their parameters,
+        // where PostgreSQL (no statistics for `tags <@`) guesses ~0.5 % of rows match and
+        // chooses a full scan and sort: 130-170 ms per claim instead of ~8 ms with the generic
+        // plan that uses the partial claim index (bench/pg/explain-claim.sh). The node's
+        // statements are all prepared and index-driven, so the generic plan is the right one
+        // from the first call.
+        conn.exec("SET plan_cache_mode = force_generic_plan");
+        for (const P& st : stmts)
+            conn.check(
+                detail::Result(PQprepare(conn.get(), st.name, st.sql,
+                                         static_cast<int>(st.types.size()), st.types.data())),
+                st.sql);
+    };
+    prepare(conn_);
+    for (auto& m : more_conns_) {
+        prepare(m);
+        if (PQenterPipelineMode(m.get()) != 1)
+            throw ConnectionError("ax::pg: cannot enter pipeline mode: " + m.error_message());
+    }
+    PGconn* c = conn_.get();
     register_node();
     conn_.exec("LISTEN ax_wake");
     if (PQenterPipelineMode(c) != 1)
