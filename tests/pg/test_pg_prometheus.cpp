@@ -95,6 +95,7 @@ TEST_CASE("a node's counters and the cluster status render with ax's conventions
     s.reclaimed_tasks = 50;
     s.checksum_mismatches = 1;
     s.lease_renewals = 11;
+    s.round_trips = 77;
     s.last_batch = 16;
     s.depth = 9;
     const std::string node = pg::to_prometheus(s);
@@ -114,6 +115,7 @@ TEST_CASE("a node's counters and the cluster status render with ax's conventions
     CHECK(v.at("ax_pg_node_reclaimed_tasks_total{node=\"42\"}") == "50");
     CHECK(v.at("ax_pg_node_checksum_mismatches_total{node=\"42\"}") == "1");
     CHECK(v.at("ax_pg_node_lease_renewals_total{node=\"42\"}") == "11");
+    CHECK(v.at("ax_pg_node_db_round_trips_total{node=\"42\"}") == "77");
     CHECK(v.at("ax_pg_node_last_batch_size{node=\"42\"}") == "16");
     CHECK(v.at("ax_pg_node_tasks_held{node=\"42\"}") == "9");
 
@@ -189,6 +191,7 @@ TEST_CASE("a node's counters and the cluster status as JSON text", "[render]") {
     s.checksum_mismatches = 1;
     s.lease_renewals = 11;
     s.vacuums = 3;
+    s.round_trips = 77;
     s.last_batch = 16;
     s.depth = 9;
     CHECK(pg::to_json_text(s) ==
@@ -197,7 +200,8 @@ TEST_CASE("a node's counters and the cluster status as JSON text", "[render]") {
           "\"tasks_claimed_total\":240,\"tasks_finished_total\":199,\"succeeded_total\":190,"
           "\"failed_total\":7,\"cancelled_total\":2,\"released_total\":4,"
           "\"reconnects_total\":1,\"reclaimed_batches_total\":5,\"reclaimed_tasks_total\":50,"
-          "\"checksum_mismatches_total\":1,\"lease_renewals_total\":11,\"vacuums_total\":3}");
+          "\"checksum_mismatches_total\":1,\"lease_renewals_total\":11,\"vacuums_total\":3,"
+          "\"round_trips_total\":77}");
     // No batch yet: a mean of 0, not a division by zero.
     CHECK(pg::to_json_text(pg::NodeStats{}).find("\"mean_batch_size\":0,") != std::string::npos);
 

@@ -95,7 +95,8 @@ class JsonObject {
 /// last_batch_size, tasks_held, tasks_claimed_total, tasks_finished_total (succeeded + failed
 /// + cancelled: its rate is the node's throughput), succeeded_total, failed_total,
 /// cancelled_total, released_total, reconnects_total, reclaimed_batches_total,
-/// reclaimed_tasks_total, checksum_mismatches_total, lease_renewals_total, vacuums_total.
+/// reclaimed_tasks_total, checksum_mismatches_total, lease_renewals_total, vacuums_total,
+/// round_trips_total.
 [[nodiscard]] inline std::string to_json_text(const NodeStats& s) {
     std::string out;
     {
@@ -121,6 +122,7 @@ class JsonObject {
         o.number("checksum_mismatches_total", s.checksum_mismatches);
         o.number("lease_renewals_total", s.lease_renewals);
         o.number("vacuums_total", s.vacuums);
+        o.number("round_trips_total", s.round_trips);
     }
     return out;
 }

@@ -66,6 +66,9 @@ inline void append_prometheus(std::string& out, const NodeStats& s,
         "Claimed tasks whose payload checksum did not match (not run).", s.checksum_mismatches);
     one("node_lease_renewals_total", "counter",
         "Lease renewals of this node that succeeded (one per lease / 3).", s.lease_renewals);
+    one("node_db_round_trips_total", "counter",
+        "Pipelined round trips to the database (acknowledgements, claim, renewal, maintenance).",
+        s.round_trips);
     one("node_last_batch_size", "gauge", "Tasks in the last batch this node claimed.",
         s.last_batch);
     one("node_tasks_held", "gauge", "Tasks claimed by this node and not yet finished.", s.depth);
