@@ -320,8 +320,17 @@ inline bool Node::want_claim(Clock::time_point now, std::array<std::uint32_t, 3>
         room > in_flight ? static_cast<std::uint32_t>(room - in_flight) : 0;
     if (free_slots == 0 || depth >= target_ || (!claim_now_ && depth > low_watermark_))
         return false;
+    const std::uint32_t room_for =
+        std::min({free_slots, opt_.max_batch, target_ > depth ? target_ - depth : 1u});
+    // Above the low watermark the node has work in hand: claim only when a whole batch fits
+    // (max_batch, or a quarter of the target when that is smaller). A claim squeezed into the
+    // last few free places costs a statement for a handful of rows, and when the node's CPU is
+    // short (its workers lag, the buffer stays nearly full) such claims would multiply the
+    // server's cost per task. Below the watermark any size goes.
+    if (depth > low_watermark_ && room_for < std::min(opt_.max_batch, std::max(1u, target_ / 4)))
+        return false;
     std::uint32_t batch = pid_.next(target_, depth, opt_.max_batch);
-    batch = std::min({batch, free_slots, opt_.max_batch, target_ > depth ? target_ - depth : 1u});
+    batch = std::min(batch, room_for);
     quota = splitter_.split(batch, weights_, empty_, overdue_);
     std::uint32_t total = 0;
     for (std::size_t p = 0; p < 3; ++p) {
