@@ -310,6 +310,11 @@ inline bool Node::all_closed() const noexcept {
 inline bool Node::want_claim(Clock::time_point now, std::array<std::uint32_t, 3>& quota) {
     // Claims in flight on other links count as taken: their rows arrive before this one's.
     const std::uint32_t in_flight = promised();
+    // Claim beside another claim only while claims come back full (a backlog): with few tasks
+    // pending, the second claim would mostly skip the first one's locked rows and come back
+    // short, a statement for a handful of rows (and lanes wrongly taken for empty).
+    if (in_flight > 0 && !last_claim_full_)
+        return false;
     const std::uint32_t depth = depth_.load() + in_flight;
     // Slots whose results go out in this round trip's acknowledgement count as free: they
     // are freed before the claim's rows are taken (and the claim is not taken if that
