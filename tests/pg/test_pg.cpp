@@ -933,8 +933,11 @@ TEST_CASE("two links keep two claims in the server at once; stop hands back what
           "[pg][links]") {
     Db db("ax_t_links");
     pg::Client c(db.conninfo);
-    const std::size_t n = 400;
-    const auto ids = c.enqueue_many(tasks_of("k", n));
+    const std::size_t n = 600;
+    auto ts = tasks_of("k", n);
+    for (std::size_t i = 0; i < n; ++i) // every lane has a backlog: claims come back full
+        ts[i].priority = static_cast<ax::Priority>(i % 3);
+    const auto ids = c.enqueue_many(ts);
     // Every claim sleeps 200 ms in the server (its insert into ax.batches), so a claim that
     // overlaps another is there to be seen, however loaded the machine.
     {
