@@ -465,7 +465,6 @@ TEST_CASE("shutdown(cancel) stops a task caught between its start and its claim 
     std::thread closer;
     std::atomic<bool> shut_ok{false};
     std::atomic<bool> scan_passed{false};
-    std::atomic<ax::TaskState> retrying_state{ax::TaskState::queued};
     std::function<ax::TaskState()> retrying_probe;
     ax::Hooks hooks;
     hooks.on_start = [&](const ax::TaskEvent& e) {
