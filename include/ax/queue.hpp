@@ -38,8 +38,12 @@ class DoubleBufferQueue {
         standby_.reserve(capacity);
     }
 
-    /// Appends `index` if admission allows. `queue_length` receives the length seen.
-    Admission try_push(std::uint32_t index, Priority p, std::uint32_t& queue_length) {
+    /// Appends `index` if admission allows. `queue_length` receives the length seen; `first`,
+    /// if given, whether the standby buffer was empty (only such a push needs to wake a worker:
+    /// the push that made the buffer non-empty already woke one, or found one awake, and that
+    /// worker's swap takes every later push with it).
+    Admission try_push(std::uint32_t index, Priority p, std::uint32_t& queue_length,
+                       bool* first = nullptr) {
         std::lock_guard lock(mutex_);
         const std::uint32_t len = length();
         queue_length = len;
@@ -53,7 +57,9 @@ class DoubleBufferQueue {
             ++counters_.rejected;
             return Admission::busy;
         }
-        append(index, p);
+        const bool was_empty = append(index, p);
+        if (first != nullptr)
+            *first = was_empty;
         ++counters_.incoming;
         return Admission::admitted;
     }
@@ -129,11 +135,14 @@ class DoubleBufferQueue {
     }
 
   private:
-    void append(std::uint32_t index, Priority p) {
+    /// Returns whether the buffer was empty before.
+    bool append(std::uint32_t index, Priority p) {
         standby_.push_back(index);
         queued_[static_cast<std::size_t>(p)].fetch_add(1, std::memory_order_acq_rel);
-        if (standby_.size() == 1)
-            nonempty_.store(true, std::memory_order_release);
+        if (standby_.size() != 1)
+            return false;
+        nonempty_.store(true, std::memory_order_release);
+        return true;
     }
 
     SpinLock mutex_;

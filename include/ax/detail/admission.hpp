@@ -197,7 +197,8 @@ SchedulerCore<Clock, Controller>::admit(const SubmitOptions& o, TaskId& id, bool
     }
     r.state.store(static_cast<std::uint32_t>(TaskState::queued), std::memory_order_release);
     std::uint32_t len = 0;
-    const Admission a = queue_.try_push(index, o.priority, len);
+    bool first = false;
+    const Admission a = queue_.try_push(index, o.priority, len, &first);
     if (a != Admission::admitted) {
         unplace(r);
         r.state.store(0, std::memory_order_relaxed);
@@ -209,7 +210,10 @@ SchedulerCore<Clock, Controller>::admit(const SubmitOptions& o, TaskId& id, bool
         }
         return backpressure_error(a == Admission::full ? Errc::queue_full : Errc::busy, len);
     }
-    notifier_.notify_one();
+    // Only the push that made the standby buffer non-empty wakes: whoever it woke (or found
+    // awake) swaps the later pushes in with it, so a burst pays one fence, not one per task.
+    if (first)
+        notifier_.notify_one();
     return std::nullopt;
 }
 

@@ -72,6 +72,8 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
         Reservation res;
         std::vector<std::uint32_t> finished;
         std::int64_t last_end_ns = 0;
+        /// The worker's own counters (set at its start), where its succeeded endings are counted.
+        WorkerCounters* counters = nullptr;
         WorkerLocal() { finished.reserve(Tuning::history_batch); }
     };
     using Pool = WorkerPool<SchedulerCore>;

@@ -61,6 +61,7 @@ template <SchedulerClock Clock, ControllerPolicy Controller>
 void SchedulerCore<Clock, Controller>::on_worker_start(Worker& w) {
     current_host = this;
     current_worker_slot = &w;
+    w.local.counters = &w.counters;
 }
 
 template <SchedulerClock Clock, ControllerPolicy Controller>

@@ -163,9 +163,19 @@ class TaskSlab {
         auto* chunk = new TaskRecord[chunk_size];
         chunks_[n].store(chunk, std::memory_order_release);
         chunk_count_.store(n + 1, std::memory_order_release);
-        // Push in reverse so low indices come out first (friendlier to caches).
-        for (std::uint32_t i = chunk_size; i-- > 0;)
-            push_free(n * chunk_size + i);
+        // Chain the new slots in index order (low indices come out first, friendlier to caches)
+        // and splice the chain onto the free list with one CAS, not one per slot.
+        const std::uint32_t base = n * chunk_size;
+        for (std::uint32_t i = 0; i + 1 < chunk_size; ++i)
+            chunk[i].next.store(base + i + 2, std::memory_order_relaxed);
+        TaskRecord& tail = chunk[chunk_size - 1];
+        auto head = free_head_.load(std::memory_order_relaxed);
+        std::uint64_t tagged;
+        do {
+            tail.next.store(static_cast<std::uint32_t>(head), std::memory_order_relaxed);
+            tagged = ((head >> 32) + 1) << 32 | (base + 1);
+        } while (!free_head_.compare_exchange_weak(head, tagged, std::memory_order_release,
+                                                   std::memory_order_relaxed));
         return true;
     }
 
