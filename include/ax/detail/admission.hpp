@@ -137,10 +137,16 @@ SchedulerCore<Clock, Controller>::admit(const SubmitOptions& o, TaskId& id, bool
                                {}};
         }
     } else {
-        // Cheap pre-check so a producer hammering a full queue never builds a record.
-        const std::uint32_t seen = queue_.length();
-        if (seen >= queue_.capacity() ||
-            (seen >= queue_.soft_limit() && o.priority != Priority::high)) {
+        // Cheap pre-check so a producer hammering a full queue never builds a record. The upper
+        // bound costs no read of the workers' line; only a bound at a limit pays for the count.
+        const auto over = [&](std::uint32_t n) {
+            return n >= queue_.capacity() ||
+                   (n >= queue_.soft_limit() && o.priority != Priority::high);
+        };
+        std::uint32_t seen = queue_.length_upper_bound();
+        if (over(seen))
+            seen = queue_.length();
+        if (over(seen)) {
             queue_.count_rejection();
             return backpressure_error(seen >= queue_.capacity() ? Errc::queue_full : Errc::busy,
                                       seen);
