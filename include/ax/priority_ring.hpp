@@ -109,13 +109,13 @@ template <class Links> class PriorityLanes {
     /// Next slot to dispatch at time now_ns, or none when every lane is empty.
     std::uint32_t pop(Links& links, std::int64_t now_ns) noexcept {
         // One lane holding tasks (the common case: one priority in use): its head is the oldest
-        // task and the ring would pick it anyway, so neither the age check nor the ring's
-        // search is needed; the ring still counts the pick to keep its shares.
+        // task and the ring would pick it anyway, so neither the age check nor the ring is
+        // consulted (the ring's walk past the empty lanes was ~35 instructions per task). The
+        // ring keeps its place for when a second lane fills: shares are kept among lanes that
+        // compete, and a lane alone competes with nobody.
         const std::uint32_t single = single_lane();
-        if (single != none) {
-            ring_.next(1u << single);
+        if (single != none)
             return lanes_[single].pop_front(links);
-        }
         std::uint32_t mask = 0;
         int oldest_lane = -1;
         std::int64_t oldest_ns = std::numeric_limits<std::int64_t>::max();

@@ -55,8 +55,13 @@ class TaskSlab {
                 const std::uint32_t next = at(index).next.load(std::memory_order_relaxed);
                 const std::uint64_t tagged = ((head >> 32) + 1) << 32 | next;
                 if (free_head_.compare_exchange_weak(head, tagged, std::memory_order_acquire,
-                                                     std::memory_order_acquire))
+                                                     std::memory_order_acquire)) {
+                    // The next acquire reads that slot's link: fetch it while this task is
+                    // being built (a worker recycled it, so it sits in that worker's cache).
+                    if (next != 0)
+                        __builtin_prefetch(&at(next - 1), 1);
                     return index;
+                }
             }
             if (!grow())
                 return std::nullopt;
