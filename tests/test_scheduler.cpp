@@ -6,6 +6,8 @@
 #include <atomic>
 #include <ax/scheduler.hpp>
 #include <catch2/catch.hpp>
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -450,6 +452,53 @@ TEST_CASE("wait_for times out on a blocked task and succeeds later", "[scheduler
     gate.open();
     CHECK(h->wait_for(20s));
     CHECK(h->state() == ax::TaskState::succeeded);
+}
+
+TEST_CASE("shutdown(cancel) stops a task caught between its start and its claim publication",
+          "[scheduler]") {
+    // on_start runs after the queued -> running CAS and before the attempt publishes its claim
+    // word, which is where cancel_all() looks for running tasks: a shutdown(cancel) that does its
+    // whole scan from inside the hook lands exactly in that window.
+    auto cfg = one_worker(100);
+    cfg.retry_base_delay = 1h;
+    ax::Scheduler<>* sched_ptr = nullptr;
+    std::thread closer;
+    std::atomic<bool> shut_ok{false};
+    std::atomic<bool> scan_passed{false};
+    std::function<ax::TaskState()> retrying_probe;
+    ax::Hooks hooks;
+    hooks.on_start = [&](const ax::TaskEvent& e) {
+        if (e.name != "victim")
+            return;
+        closer = std::thread([&] { shut_ok = sched_ptr->shutdown(ax::ShutdownMode::cancel, 30s); });
+        // The retrying task is cancelled by cancel_all() just before its scan of the workers.
+        scan_passed = eventually([&] { return retrying_probe() == ax::TaskState::cancelled; });
+        std::this_thread::sleep_for(20ms); // the scan itself: a handful of atomic loads
+    };
+    ax::Scheduler sched{cfg, hooks};
+    sched_ptr = &sched;
+    auto retrying = sched.submit([] { throw std::runtime_error("x"); }, {.max_retries = 1});
+    REQUIRE(retrying);
+    retrying_probe = [&] { return retrying->state(); };
+    REQUIRE(eventually([&] { return retrying->state() == ax::TaskState::waiting_retry; }));
+    std::atomic<bool> stopped{false};
+    auto victim = sched.submit(
+        [&](ax::TaskContext& ctx) {
+            // Without the fix nobody asks this body to stop: it gives up after the guard.
+            const auto guard = std::chrono::steady_clock::now() + 10s;
+            while (!ctx.stop_requested() && std::chrono::steady_clock::now() < guard)
+                std::this_thread::sleep_for(100us);
+            stopped = ctx.stop_requested();
+        },
+        {.name = "victim"});
+    REQUIRE(victim);
+    REQUIRE(eventually([&] { return victim->ready(); }, 60s));
+    closer.join();
+    CHECK(scan_passed);
+    CHECK(stopped);
+    CHECK(shut_ok);
+    CHECK(victim->state() == ax::TaskState::cancelled);
+    CHECK(retrying->state() == ax::TaskState::cancelled);
 }
 
 TEST_CASE("shutdown(cancel) cancels queued and retrying tasks, stops running ones", "[scheduler]") {

@@ -158,8 +158,10 @@ void SchedulerCore<Clock, Controller>::cancel_all() {
     joins_.waiting(joins);
     for (const auto j : joins)
         cancel_pinned(slab_->at(j), j);
+    // seq_cst, after start_discarding(): pairs with Attempt::publish (see
+    // Lifecycle::discarding_ordered) so a task just started is either seen here or cancels itself.
     pool_.for_each([&](Worker& w) {
-        const auto c = w.current.load(std::memory_order_relaxed);
+        const auto c = w.current.load(std::memory_order_seq_cst);
         if (c == no_attempt)
             return;
         const auto i = static_cast<std::uint32_t>(c);

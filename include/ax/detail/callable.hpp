@@ -6,6 +6,7 @@
 #include "../task_context.hpp"
 #include "../task_handle.hpp"
 #include "host.hpp"
+#include "lifecycle.hpp"
 #include "record.hpp"
 
 #include <atomic>
@@ -39,13 +40,21 @@ struct Attempt {
     std::uint64_t token = no_attempt;
     /// Claim word before publish (a parent's token while a subtask runs nested in its wait).
     std::uint64_t saved = no_attempt;
+    /// Read once the claim word is published: shutdown(cancel) began, so the attempt cancels
+    /// itself before its body runs (see Lifecycle::discarding_ordered). Null: no such check.
+    const Lifecycle* lifecycle = nullptr;
     /// Set by the manager: the watchdog took the attempt over; the outcome is discarded.
     bool abandoned = false;
     /// Set by the manager: the callable's destructor threw after a successful run (contained;
     /// the task still succeeded).
     std::exception_ptr destructor_error;
 
-    void publish() noexcept { saved = claim->exchange(token, std::memory_order_acq_rel); }
+    /// Publishes the claim word (seq_cst: ordered against cancel_all()'s scan), then asks the
+    /// lifecycle whether shutdown(cancel) began meanwhile; true: the caller cancels the attempt.
+    [[nodiscard]] bool publish() noexcept {
+        saved = claim->exchange(token, std::memory_order_seq_cst);
+        return lifecycle != nullptr && lifecycle->discarding_ordered();
+    }
     /// Claims the ending for the worker; false if the watchdog already took it.
     bool keep() noexcept {
         std::uint64_t t = token;
@@ -198,7 +207,12 @@ std::exception_ptr manage(ManagerOp op, TaskRecord& r, void* context) {
     auto& a = *static_cast<Attempt*>(context);
     // Read before the claim word is published: after that the watchdog may replace the pointer.
     F* f = storage_as<F, Inline>(r);
-    a.publish();
+    if (a.publish()) {
+        // shutdown(cancel) began after try_start's check and before cancel_all could see the
+        // claim word: cancel ourselves as cancel() would (nothing can have set ending_bit yet).
+        r.state.fetch_or(cancel_requested_bit, std::memory_order_acq_rel);
+        r.request_stop();
+    }
     // The watchdog took over: the stuck body's copy is ours to free, the record is not ours.
     auto abandon = [&]() -> std::exception_ptr {
         if constexpr (!Inline)

@@ -33,6 +33,14 @@ class Lifecycle {
         return discard_.load(std::memory_order_acquire);
     }
 
+    /// discarding(), ordered with start_discarding() and cancel_all()'s scan of the workers' claim
+    /// words (all seq_cst): a worker that published its claim word and then reads false here is
+    /// found by that scan; one that reads true cancels its own attempt. Without the total order a
+    /// task between its queued -> running CAS and its publication escapes shutdown(cancel).
+    [[nodiscard]] bool discarding_ordered() const noexcept {
+        return discard_.load(std::memory_order_seq_cst);
+    }
+
     /// Shutdown begins: refuse new top-level work.
     void stop_accepting() noexcept { accepting_.store(false, std::memory_order_seq_cst); }
     /// shutdown(cancel): cancel instead of run from now on.

@@ -192,6 +192,7 @@ void SchedulerCore<Clock, Controller>::execute(std::uint32_t index, Worker& w, s
     const TaskId id = TaskId::make(index, r.generation.load(std::memory_order_relaxed));
     Attempt a;
     a.claim = &w.current;
+    a.lifecycle = &lifecycle_;
     a.token = (std::uint64_t{++w.serial} << 32) | index;
     TaskContext ctx(r, id, attempt, &now_ns, this, &w.current, a.token);
     a.ctx = &ctx;
