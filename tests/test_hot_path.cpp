@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdint>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -141,4 +142,27 @@ TEST_CASE("a burst into parked workers while tasks are tiny strands nothing", "[
     CHECK(eventually([&] { return started.load() == 4; }));
     gate.open();
     run_tiny(sched, 1'000);
+}
+
+TEST_CASE("the quick options check never passes what the full check refuses", "[hot_path]") {
+    std::mt19937 rng(13);
+    std::uniform_int_distribution<int> pick(0, 5);
+    const std::int64_t timeouts[] = {
+        -1, 0, 1, 1000, std::int64_t{UINT32_MAX}, std::int64_t{UINT32_MAX} + 1};
+    const int retries[] = {-2, -1, 0, 7, 100, 101};
+    const std::uint16_t groups[] = {0, 0, 1, 2, 5, 1000};
+    int quick = 0;
+    for (int i = 0; i < 5000; ++i) {
+        ax::SubmitOptions o;
+        o.priority = static_cast<ax::Priority>(pick(rng) % 4); // 3 is out of range
+        o.timeout = std::chrono::milliseconds(timeouts[pick(rng)]);
+        o.max_retries = retries[pick(rng)];
+        o.group = ax::GroupId{groups[pick(rng)]};
+        const bool child = pick(rng) % 2 == 0;
+        if (ax::detail::plainly_valid(o)) {
+            ++quick;
+            CHECK_FALSE(ax::detail::invalid_options(o, child, 2).has_value());
+        }
+    }
+    CHECK(quick > 100);
 }

@@ -38,6 +38,15 @@ inline std::optional<std::string> invalid_options(const SubmitOptions& o, bool c
     return std::nullopt;
 }
 
+/// A quick yes for the common case, inlined into every submit: in-range fields and no group.
+/// Never true for options invalid_options() would refuse (test_hot_path checks the two agree);
+/// false only sends the submit to the full check.
+inline bool plainly_valid(const SubmitOptions& o) noexcept {
+    return static_cast<std::uint8_t>(o.priority) < priority_count && o.timeout.count() >= 0 &&
+           o.timeout.count() <= std::int64_t{UINT32_MAX} && o.max_retries >= -1 &&
+           o.max_retries <= 100 && o.group.value == 0;
+}
+
 /// The `excess` of a backpressure refusal: how many tasks must drain before a submit that saw
 /// `len` queued fits under `limit` (at least 1).
 inline std::uint32_t backpressure_excess(std::uint32_t len, std::uint32_t limit) noexcept {
@@ -124,8 +133,9 @@ SchedulerCore<Clock, Controller>::admit(const SubmitOptions& o, TaskId& id, bool
     if (!lifecycle_.open(child))
         return refusal(Errc::shutting_down);
     // Only a submit naming a group pays for the groups mutex.
-    if (auto why = invalid_options(o, child, o.group.value != 0 ? registry_.count() : 0))
-        return refusal(Errc::invalid_options, std::move(*why));
+    if (!plainly_valid(o))
+        if (auto why = invalid_options(o, child, o.group.value != 0 ? registry_.count() : 0))
+            return refusal(Errc::invalid_options, std::move(*why));
     if (child) {
         const std::uint32_t waiting = dispatcher_.children_queued();
         if (waiting >= cfg_.subtask_capacity) {
