@@ -264,11 +264,20 @@ struct alignas(64) WorkerCounters {
     std::atomic<std::uint64_t> attempts_succeeded{0};
     std::atomic<std::uint64_t> attempts_failed{0};
     std::atomic<std::int64_t> busy_ns{0};
+    /// Tasks this worker ended succeeded (TaskTotals::succeeded's share, kept here so two workers
+    /// do not bounce one shared line per task; metrics() sums them).
+    std::atomic<std::uint64_t> tasks_succeeded{0};
     std::atomic<bool> busy{false};
     /// Queue wait of each attempt this worker started, run time of each it finished.
     LatencyCounters queue_wait;
     LatencyCounters run_time;
 
+    /// Counts (delta 1) or un-counts (delta -1, a lost CAS) a succeeded ending (single writer).
+    void count_succeeded(int delta) noexcept {
+        tasks_succeeded.store(tasks_succeeded.load(std::memory_order_relaxed) +
+                                  static_cast<std::uint64_t>(static_cast<std::int64_t>(delta)),
+                              std::memory_order_relaxed);
+    }
     void add_attempt(bool ok, std::int64_t duration_ns) noexcept {
         auto& c = ok ? attempts_succeeded : attempts_failed;
         c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);

@@ -31,6 +31,12 @@ struct QueueCounters {
 ///
 /// The queue also owns admission: the per-priority count of tasks admitted but not yet started,
 /// checked against capacity (ErrQueueFull) and the soft limit (ErrBusy, normal and low only).
+/// The count is pushes (producers, under the lock) minus pops (workers, lock-free) on separate
+/// cache lines; producers check against a stale count of pops, which over-estimates the length,
+/// and read the workers' line only when that estimate reaches a limit.
+///
+/// Lock it owns: `mutex_` (the queue spin lock) guards `standby_`, `counters_`, `closed_`,
+/// `popped_seen_` and the writes of `pushed_` and `popped_hint_`.
 class DoubleBufferQueue {
   public:
     DoubleBufferQueue(std::uint32_t capacity, std::uint32_t soft_limit)
@@ -38,10 +44,21 @@ class DoubleBufferQueue {
         standby_.reserve(capacity);
     }
 
-    /// Appends `index` if admission allows. `queue_length` receives the length seen.
-    Admission try_push(std::uint32_t index, Priority p, std::uint32_t& queue_length) {
+    /// Appends `index` if admission allows. `queue_length` receives the length seen; `first`,
+    /// if given, whether the standby buffer was empty (only such a push needs to wake a worker:
+    /// the push that made the buffer non-empty already woke one, or found one awake, and that
+    /// worker's swap takes every later push with it).
+    Admission try_push(std::uint32_t index, Priority p, std::uint32_t& queue_length,
+                       bool* first = nullptr) {
         std::lock_guard lock(mutex_);
-        const std::uint32_t len = length();
+        // Checked against an over-estimate first (this side's pushes less the pops last seen),
+        // so a producer with room to spare never reads the line the workers' pops write; only
+        // an estimate at a limit pays for the fresh count.
+        std::uint32_t len = pushed_total_locked() - popped_seen_;
+        if (len >= soft_limit_ || len >= capacity_) {
+            popped_seen_ = popped_total();
+            len = pushed_total_locked() - popped_seen_;
+        }
         queue_length = len;
         if (closed_)
             return Admission::closed;
@@ -53,7 +70,9 @@ class DoubleBufferQueue {
             ++counters_.rejected;
             return Admission::busy;
         }
-        append(index, p);
+        const bool was_empty = append(index, p);
+        if (first != nullptr)
+            *first = was_empty;
         ++counters_.incoming;
         return Admission::admitted;
     }
@@ -96,18 +115,32 @@ class DoubleBufferQueue {
 
     /// A task left the queue (dispatched or cancelled while queued).
     void on_dequeued(Priority p) noexcept {
-        queued_[static_cast<std::size_t>(p)].fetch_sub(1, std::memory_order_acq_rel);
+        popped_[static_cast<std::size_t>(p)].fetch_add(1, std::memory_order_acq_rel);
     }
 
     /// Tasks admitted and not yet started, all priorities (may lag by in-flight dequeues).
     [[nodiscard]] std::uint32_t length() const noexcept {
-        return queued_[0].load(std::memory_order_acquire) +
-               queued_[1].load(std::memory_order_acquire) +
-               queued_[2].load(std::memory_order_acquire);
+        // Pops first: a push counted after them can only make the difference larger, never
+        // negative.
+        const std::uint32_t popped = popped_total();
+        return pushed_[0].load(std::memory_order_acquire) +
+               pushed_[1].load(std::memory_order_acquire) +
+               pushed_[2].load(std::memory_order_acquire) - popped;
     }
     /// Tasks admitted and not yet started, in one priority lane.
     [[nodiscard]] std::uint32_t length(Priority p) const noexcept {
-        return queued_[static_cast<std::size_t>(p)].load(std::memory_order_acquire);
+        const auto i = static_cast<std::size_t>(p);
+        const std::uint32_t popped = popped_[i].load(std::memory_order_acquire);
+        return pushed_[i].load(std::memory_order_acquire) - popped;
+    }
+    /// A length that is never below the true one and costs producers no read of the workers'
+    /// line (a stale count of pops); for the lock-free pre-check of a submit, which must only
+    /// trust it when it is under the limits.
+    [[nodiscard]] std::uint32_t length_upper_bound() const noexcept {
+        const std::uint32_t seen = popped_hint_.load(std::memory_order_acquire);
+        return pushed_[0].load(std::memory_order_acquire) +
+               pushed_[1].load(std::memory_order_acquire) +
+               pushed_[2].load(std::memory_order_acquire) - seen;
     }
     [[nodiscard]] std::uint32_t capacity() const noexcept { return capacity_; }
     [[nodiscard]] std::uint32_t soft_limit() const noexcept { return soft_limit_; }
@@ -129,21 +162,49 @@ class DoubleBufferQueue {
     }
 
   private:
-    void append(std::uint32_t index, Priority p) {
+    /// Returns whether the buffer was empty before. Needs mutex_.
+    bool append(std::uint32_t index, Priority p) {
         standby_.push_back(index);
-        queued_[static_cast<std::size_t>(p)].fetch_add(1, std::memory_order_acq_rel);
-        if (standby_.size() == 1)
-            nonempty_.store(true, std::memory_order_release);
+        auto& c = pushed_[static_cast<std::size_t>(p)];
+        c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+        popped_hint_.store(popped_seen_, std::memory_order_relaxed);
+        if (standby_.size() != 1)
+            return false;
+        nonempty_.store(true, std::memory_order_release);
+        return true;
+    }
+
+    /// Pushes of all priorities. Needs mutex_ (the only writers hold it).
+    [[nodiscard]] std::uint32_t pushed_total_locked() const noexcept {
+        return pushed_[0].load(std::memory_order_relaxed) +
+               pushed_[1].load(std::memory_order_relaxed) +
+               pushed_[2].load(std::memory_order_relaxed);
+    }
+    [[nodiscard]] std::uint32_t popped_total() const noexcept {
+        return popped_[0].load(std::memory_order_acquire) +
+               popped_[1].load(std::memory_order_acquire) +
+               popped_[2].load(std::memory_order_acquire);
     }
 
     SpinLock mutex_;
     std::vector<std::uint32_t> standby_;
     QueueCounters counters_;
     bool closed_ = false;
-    std::atomic<bool> nonempty_{false};
     const std::uint32_t capacity_;
     const std::uint32_t soft_limit_;
-    alignas(64) std::array<std::atomic<std::uint32_t>, priority_count> queued_{};
+    // The admission count is pushes minus pops (both wrap; only the difference matters), kept
+    // apart so producers and workers each write their own line instead of both hitting one
+    // counter per task.
+    /// Tasks ever pushed, per priority: written under mutex_, read lock-free.
+    std::array<std::atomic<std::uint32_t>, priority_count> pushed_{};
+    /// Sum of pops as the producers last read it (under mutex_), and its lock-free copy.
+    std::uint32_t popped_seen_ = 0;
+    std::atomic<std::uint32_t> popped_hint_{0};
+    /// Whether the standby buffer holds anything: idle workers poll it, so it has a line of its
+    /// own rather than one that every push writes.
+    alignas(64) std::atomic<bool> nonempty_{false};
+    /// Tasks ever dequeued (started or cancelled while queued), per priority: the workers' line.
+    alignas(64) std::array<std::atomic<std::uint32_t>, priority_count> popped_{};
 };
 
 } // namespace ax::detail

@@ -69,7 +69,8 @@ MetricsSnapshot SchedulerCore<Clock, Controller>::metrics() {
     pool_.sum_counters(m.totals.attempts_succeeded, m.totals.attempts_failed, busy_ns);
     if (cfg_.latency_histograms)
         pool_.sum_latency(m.queue_wait, m.run_time);
-    m.totals.succeeded = totals_.succeeded.load(std::memory_order_relaxed);
+    m.totals.succeeded =
+        totals_.succeeded.load(std::memory_order_relaxed) + pool_.sum_tasks_succeeded();
     m.totals.dead_lettered = totals_.dead_lettered.load(std::memory_order_relaxed);
     m.totals.cancelled = totals_.cancelled.load(std::memory_order_relaxed);
     m.totals.retries = totals_.retries.load(std::memory_order_relaxed);

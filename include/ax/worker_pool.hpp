@@ -138,6 +138,7 @@ template <class Host> class WorkerPool {
                 retired_succeeded_ += (*j)->counters.attempts_succeeded.load();
                 retired_failed_ += (*j)->counters.attempts_failed.load();
                 retired_busy_ns_ += (*j)->counters.busy_ns.load();
+                retired_tasks_succeeded_ += (*j)->counters.tasks_succeeded.load();
                 retire_latency_locked((*j)->counters);
                 dead.push_back(std::move(*j));
             }
@@ -171,6 +172,7 @@ template <class Host> class WorkerPool {
             retired_succeeded_ += w->counters.attempts_succeeded.load();
             retired_failed_ += w->counters.attempts_failed.load();
             retired_busy_ns_ += w->counters.busy_ns.load();
+            retired_tasks_succeeded_ += w->counters.tasks_succeeded.load();
             retire_latency_locked(w->counters);
         }
     }
@@ -238,6 +240,8 @@ template <class Host> class WorkerPool {
                 orphans_.push_back(std::move(w)); // its thread still uses it
             } else if (w->thread.joinable()) {
                 w->thread.join();
+                std::lock_guard lock(mutex_);
+                retired_tasks_succeeded_ += w->counters.tasks_succeeded.load();
             }
         }
         return abandoned;
@@ -289,6 +293,17 @@ template <class Host> class WorkerPool {
             failed += w->counters.attempts_failed.load(std::memory_order_relaxed);
             busy_ns += w->counters.busy_ns.load(std::memory_order_relaxed);
         }
+    }
+
+    /// Tasks ended succeeded by workers, live and retired (their share of the total).
+    [[nodiscard]] std::uint64_t sum_tasks_succeeded() {
+        std::lock_guard lock(mutex_);
+        std::uint64_t n = retired_tasks_succeeded_;
+        for (const auto& w : workers_)
+            n += w->counters.tasks_succeeded.load(std::memory_order_relaxed);
+        for (const auto& w : orphans_)
+            n += w->counters.tasks_succeeded.load(std::memory_order_relaxed);
+        return n;
     }
 
     /// Adds the latency histograms of every worker, live and retired, into `queue_wait` and
@@ -471,6 +486,7 @@ template <class Host> class WorkerPool {
     std::uint64_t retired_succeeded_ = 0;
     std::uint64_t retired_failed_ = 0;
     std::int64_t retired_busy_ns_ = 0;
+    std::uint64_t retired_tasks_succeeded_ = 0;
     LatencyHistogram retired_queue_wait_;
     LatencyHistogram retired_run_time_;
     alignas(64) std::atomic<std::uint32_t> live_{0};

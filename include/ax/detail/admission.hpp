@@ -38,6 +38,15 @@ inline std::optional<std::string> invalid_options(const SubmitOptions& o, bool c
     return std::nullopt;
 }
 
+/// A quick yes for the common case, inlined into every submit: in-range fields and no group.
+/// Never true for options invalid_options() would refuse (test_hot_path checks the two agree);
+/// false only sends the submit to the full check.
+inline bool plainly_valid(const SubmitOptions& o) noexcept {
+    return static_cast<std::uint8_t>(o.priority) < priority_count && o.timeout.count() >= 0 &&
+           o.timeout.count() <= std::int64_t{UINT32_MAX} && o.max_retries >= -1 &&
+           o.max_retries <= 100 && o.group.value == 0;
+}
+
 /// The `excess` of a backpressure refusal: how many tasks must drain before a submit that saw
 /// `len` queued fits under `limit` (at least 1).
 inline std::uint32_t backpressure_excess(std::uint32_t len, std::uint32_t limit) noexcept {
@@ -124,8 +133,9 @@ SchedulerCore<Clock, Controller>::admit(const SubmitOptions& o, TaskId& id, bool
     if (!lifecycle_.open(child))
         return refusal(Errc::shutting_down);
     // Only a submit naming a group pays for the groups mutex.
-    if (auto why = invalid_options(o, child, o.group.value != 0 ? registry_.count() : 0))
-        return refusal(Errc::invalid_options, std::move(*why));
+    if (!plainly_valid(o))
+        if (auto why = invalid_options(o, child, o.group.value != 0 ? registry_.count() : 0))
+            return refusal(Errc::invalid_options, std::move(*why));
     if (child) {
         const std::uint32_t waiting = dispatcher_.children_queued();
         if (waiting >= cfg_.subtask_capacity) {
@@ -137,10 +147,16 @@ SchedulerCore<Clock, Controller>::admit(const SubmitOptions& o, TaskId& id, bool
                                {}};
         }
     } else {
-        // Cheap pre-check so a producer hammering a full queue never builds a record.
-        const std::uint32_t seen = queue_.length();
-        if (seen >= queue_.capacity() ||
-            (seen >= queue_.soft_limit() && o.priority != Priority::high)) {
+        // Cheap pre-check so a producer hammering a full queue never builds a record. The upper
+        // bound costs no read of the workers' line; only a bound at a limit pays for the count.
+        const auto over = [&](std::uint32_t n) {
+            return n >= queue_.capacity() ||
+                   (n >= queue_.soft_limit() && o.priority != Priority::high);
+        };
+        std::uint32_t seen = queue_.length_upper_bound();
+        if (over(seen))
+            seen = queue_.length();
+        if (over(seen)) {
             queue_.count_rejection();
             return backpressure_error(seen >= queue_.capacity() ? Errc::queue_full : Errc::busy,
                                       seen);
@@ -197,7 +213,8 @@ SchedulerCore<Clock, Controller>::admit(const SubmitOptions& o, TaskId& id, bool
     }
     r.state.store(static_cast<std::uint32_t>(TaskState::queued), std::memory_order_release);
     std::uint32_t len = 0;
-    const Admission a = queue_.try_push(index, o.priority, len);
+    bool first = false;
+    const Admission a = queue_.try_push(index, o.priority, len, &first);
     if (a != Admission::admitted) {
         unplace(r);
         r.state.store(0, std::memory_order_relaxed);
@@ -209,7 +226,12 @@ SchedulerCore<Clock, Controller>::admit(const SubmitOptions& o, TaskId& id, bool
         }
         return backpressure_error(a == Admission::full ? Errc::queue_full : Errc::busy, len);
     }
-    notifier_.notify_one();
+    // While tasks are tiny only the push that made the standby buffer non-empty wakes: whoever
+    // it woke (or found awake) swaps the later pushes in with it and is back for more within
+    // microseconds, so a stream pays one fence per swap, not one per task. Longer tasks keep a
+    // wake per push, so a burst spreads over the parked workers.
+    if (first || !telemetry_.tasks_are_tiny())
+        notifier_.notify_one();
     return std::nullopt;
 }
 

@@ -136,10 +136,19 @@ bool SchedulerCore<Clock, Controller>::finish(TaskRecord& r, std::uint32_t index
     // (After a takeover the stuck body still holds it; its orphan frees it on return.)
     if (free_group_slot)
         dispatcher_.release_group(r);
+    // A worker counts its successes in its own counters (summed by metrics()): one shared
+    // total written by every worker per task was a cache line bounced per task.
+    WorkerCounters* own = local != nullptr ? local->counters : nullptr;
+    const auto count = [&](int delta) {
+        if (own != nullptr && final_state == TaskState::succeeded)
+            own->count_succeeded(delta);
+        else
+            totals_.count_terminal(final_state, delta);
+    };
     for (;;) {
         final_state = (s & cancel_requested_bit) != 0 ? TaskState::cancelled : wanted;
         // Counted before publishing, so whoever sees the terminal state sees the totals.
-        totals_.count_terminal(final_state, 1);
+        count(1);
         if (r.state.compare_exchange_weak(
                 s, static_cast<std::uint32_t>(final_state) | (s & has_waiter_bit),
                 std::memory_order_acq_rel)) {
@@ -149,7 +158,7 @@ bool SchedulerCore<Clock, Controller>::finish(TaskRecord& r, std::uint32_t index
                 release_dependents(index);
             break;
         }
-        totals_.count_terminal(final_state, -1);
+        count(-1);
     }
     retire(index, local);
     return final_state == wanted;

@@ -72,6 +72,12 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
         Reservation res;
         std::vector<std::uint32_t> finished;
         std::int64_t last_end_ns = 0;
+        /// The last clock reading end_of_attempt() took and the time-stamp counter just before
+        /// it (0: none yet).
+        std::int64_t stamp_ns = 0;
+        std::uint64_t stamp_ticks = 0;
+        /// The worker's own counters (set at its start), where its succeeded endings are counted.
+        WorkerCounters* counters = nullptr;
         WorkerLocal() { finished.reserve(Tuning::history_batch); }
     };
     using Pool = WorkerPool<SchedulerCore>;
@@ -211,6 +217,7 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
                                      const TaskId* deps = nullptr, std::size_t ndeps = 0);
 
     // runner.hpp
+    static std::int64_t end_of_attempt(WorkerLocal& local) noexcept;
     bool help_one(Worker& w);
     bool try_start(std::uint32_t i, WorkerLocal& local);
     void execute(std::uint32_t index, Worker& w, std::int64_t start);

@@ -14,11 +14,36 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <type_traits>
 #include <utility>
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+#endif
 
 /// Running: the core as the WorkerPool's Host (a worker's loop asks it for one task at a time),
 /// the start of an attempt, and helping waits on worker threads.
 namespace ax::detail {
+
+/// The end of an attempt on a worker: a fresh clock reading, or the last one again while fewer
+/// than Tuning::stale_end_ticks have passed since it (std::chrono::steady_clock on x86 only; any
+/// other clock, ManualClock included, is read every time). See Tuning::stale_end_ticks.
+template <SchedulerClock Clock, ControllerPolicy Controller>
+std::int64_t SchedulerCore<Clock, Controller>::end_of_attempt(WorkerLocal& local) noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+    if constexpr (std::is_same_v<Clock, std::chrono::steady_clock> &&
+                  Tuning::stale_end_ticks != 0) {
+        const std::uint64_t ticks = __rdtsc();
+        // Unsigned: a counter that went backwards (another core's) reads as far apart.
+        if (local.stamp_ns != 0 && ticks - local.stamp_ticks < Tuning::stale_end_ticks)
+            return local.stamp_ns;
+        local.stamp_ticks = ticks; // before the reading: the gap it measures is never short
+        local.stamp_ns = now_ns();
+        return local.stamp_ns;
+    }
+#endif
+    (void)local;
+    return now_ns();
+}
 
 template <SchedulerClock Clock, ControllerPolicy Controller>
 bool SchedulerCore<Clock, Controller>::run_one(Worker& w) {
@@ -61,6 +86,7 @@ template <SchedulerClock Clock, ControllerPolicy Controller>
 void SchedulerCore<Clock, Controller>::on_worker_start(Worker& w) {
     current_host = this;
     current_worker_slot = &w;
+    w.local.counters = &w.counters;
 }
 
 template <SchedulerClock Clock, ControllerPolicy Controller>
@@ -175,7 +201,7 @@ void SchedulerCore<Clock, Controller>::execute(std::uint32_t index, Worker& w, s
     if (hooks.on_start)
         hooks_.call(hooks.on_start, HookCaller::attempt_event(r, id, attempt, start, start));
     std::exception_ptr error = r.manager(ManagerOp::run, r, &a);
-    const std::int64_t end = now_ns();
+    const std::int64_t end = end_of_attempt(w.local);
     w.local.last_end_ns = end;
     a.restore();
     if (a.abandoned) {

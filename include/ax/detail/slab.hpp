@@ -55,8 +55,13 @@ class TaskSlab {
                 const std::uint32_t next = at(index).next.load(std::memory_order_relaxed);
                 const std::uint64_t tagged = ((head >> 32) + 1) << 32 | next;
                 if (free_head_.compare_exchange_weak(head, tagged, std::memory_order_acquire,
-                                                     std::memory_order_acquire))
+                                                     std::memory_order_acquire)) {
+                    // The next acquire reads that slot's link: fetch it while this task is
+                    // being built (a worker recycled it, so it sits in that worker's cache).
+                    if (next != 0)
+                        __builtin_prefetch(&at(next - 1), 1);
                     return index;
+                }
             }
             if (!grow())
                 return std::nullopt;
@@ -163,9 +168,19 @@ class TaskSlab {
         auto* chunk = new TaskRecord[chunk_size];
         chunks_[n].store(chunk, std::memory_order_release);
         chunk_count_.store(n + 1, std::memory_order_release);
-        // Push in reverse so low indices come out first (friendlier to caches).
-        for (std::uint32_t i = chunk_size; i-- > 0;)
-            push_free(n * chunk_size + i);
+        // Chain the new slots in index order (low indices come out first, friendlier to caches)
+        // and splice the chain onto the free list with one CAS, not one per slot.
+        const std::uint32_t base = n * chunk_size;
+        for (std::uint32_t i = 0; i + 1 < chunk_size; ++i)
+            chunk[i].next.store(base + i + 2, std::memory_order_relaxed);
+        TaskRecord& tail = chunk[chunk_size - 1];
+        auto head = free_head_.load(std::memory_order_relaxed);
+        std::uint64_t tagged;
+        do {
+            tail.next.store(static_cast<std::uint32_t>(head), std::memory_order_relaxed);
+            tagged = ((head >> 32) + 1) << 32 | (base + 1);
+        } while (!free_head_.compare_exchange_weak(head, tagged, std::memory_order_release,
+                                                   std::memory_order_relaxed));
         return true;
     }
 

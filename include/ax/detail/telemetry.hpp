@@ -20,6 +20,8 @@ namespace ax::detail {
 /// Counts since start and the gauges admission, conclusion and the watchdog keep: relaxed
 /// atomics, no lock. Read by metrics() and the tick.
 struct TaskTotals {
+    /// Succeeded endings concluded off a worker's own path; each worker counts its own in
+    /// WorkerCounters::tasks_succeeded, and metrics() adds them up.
     std::atomic<std::uint64_t> succeeded{0};
     std::atomic<std::uint64_t> dead_lettered{0};
     std::atomic<std::uint64_t> cancelled{0};
