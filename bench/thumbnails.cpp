@@ -286,7 +286,8 @@ struct Sample {
 struct Result {
     std::string strategy;
     bool ran = false;
-    std::string note; // why it did not run, or which run it repeats
+    std::string note;      // why it did not run, or which run it repeats
+    std::string reps_note; // --reps: which of the runs this row shows
     double total_s = 0, avg_s = 0, p50_s = 0, p99_s = 0, avg_release_s = 0;
     std::uint64_t rejections = 0, pushbacks = 0, peak_workers = 0, threads_created = 0;
     std::uint64_t completed = 0;
@@ -1097,6 +1098,8 @@ std::vector<std::string> notes(const Spec& spec, const std::vector<Result>& resu
         if (!r.note.empty())
             out.push_back(
                 fmt::format("{} {}: {}", r.strategy, r.ran ? "shown again" : "not run", r.note));
+        else if (!r.reps_note.empty())
+            out.push_back(fmt::format("{}: {}", r.strategy, r.reps_note));
     for (const auto& r : results)
         if (r.ran && r.strategy.starts_with("ax"))
             out.push_back(fmt::format(
@@ -1365,6 +1368,7 @@ struct Options {
     std::string out = "bench-results";
     bool quick = false;
     double max_estimate_s = 30;
+    std::uint32_t reps = 1;
     // child only
     std::string child;
     int result_fd = -1;
@@ -1395,6 +1399,8 @@ strategy, and prints a table per workload. Writes <out>/<workload>.md, .csv and 
   --max-estimate-s S  skip a fixed pool whose nominal lower-bound time exceeds S seconds unless
                       --strategies was given (default 30; fixed1 on sleep would need 1600 s);
                       fixed32 and fixed128, the seed's baselines, always run
+  --reps N            run the strategies N times, in alternating rounds, and report each
+                      one's median run (default 1; the other runs' range is noted)
   --out DIR           output folder (default bench-results)
   --quick             small and fast: 200 x 5 ms (and scaled-down other workloads)
   --help              this text
@@ -1456,6 +1462,11 @@ Options parse(int argc, char** argv) {
                 if (!s.empty())
                     o.strategies.push_back(s);
             o.strategies_given = true;
+        } else if (a == "--reps") {
+            const double n = num(next());
+            if (n < 1 || n > 99 || n != std::floor(n))
+                throw std::invalid_argument("--reps: a whole number from 1 to 99");
+            o.reps = static_cast<std::uint32_t>(n);
         } else if (a == "--max-estimate-s") {
             o.max_estimate_s = num(next());
         } else if (a == "--out") {
@@ -1594,20 +1605,15 @@ int parent_main(const Options& o, const std::string& self) {
         fmt::print(stderr, "[{}] {}\n", w, describe(spec));
         std::vector<Result> results;
         std::map<std::string, std::size_t> ran; // Strategy::key() -> index in results
+        std::vector<std::pair<std::size_t, std::size_t>> repeats; // (row, row it repeats)
+        std::vector<std::size_t> to_run;                          // rows that run a child
         const auto strategies = o.strategies_given ? o.strategies : default_strategies(w);
         for (const auto& strategy : strategies) {
             const Strategy st = *parse_strategy(strategy);
             if (const auto it = ran.find(st.key()); it != ran.end()) {
-                Result r = results[it->second]; // e.g. fixedhw = fixed2 on 2 cores
+                repeats.emplace_back(results.size(), it->second); // e.g. fixedhw = fixed2
+                Result r;
                 r.strategy = strategy;
-                r.note = st.kind == Strategy::Kind::fixed
-                             ? fmt::format("the same configuration as {} (hardware_concurrency() "
-                                           "= {}), its run repeated in this row",
-                                           results[it->second].strategy, cores())
-                             : fmt::format("the same configuration as {} (this build's default "
-                                           "controller is ax::LittleController), its run "
-                                           "repeated in this row",
-                                           results[it->second].strategy);
                 results.push_back(std::move(r));
                 continue;
             }
@@ -1630,14 +1636,64 @@ int parent_main(const Options& o, const std::string& self) {
                     continue;
                 }
             }
-            fmt::print(stderr, "[{}] {}: running...\n", w, strategy);
-            const auto a = Clock::now();
-            Result r = run_in_child(self, strategy, spec);
-            fmt::print(stderr, "[{}] {}: {} in {:.1f} s\n", w, strategy, r.ran ? "done" : r.note,
-                       std::chrono::duration<double>(Clock::now() - a).count());
-            if (r.ran)
-                ran[st.key()] = results.size();
+            ran[st.key()] = results.size();
+            to_run.push_back(results.size());
+            Result r;
+            r.strategy = strategy;
             results.push_back(std::move(r));
+        }
+        // --reps N: N rounds over the strategies, alternating (a machine shared with other work
+        // drifts: each strategy sees each phase of it); each row reports its median run.
+        std::vector<std::vector<Result>> reps(results.size());
+        for (std::uint32_t rep = 0; rep < o.reps; ++rep)
+            for (const std::size_t i : to_run) {
+                const std::string& strategy = results[i].strategy;
+                fmt::print(stderr, "[{}] {}: running{}...\n", w, strategy,
+                           o.reps > 1 ? fmt::format(" ({}/{})", rep + 1, o.reps) : "");
+                const auto a = Clock::now();
+                Result r = run_in_child(self, strategy, spec);
+                fmt::print(stderr, "[{}] {}: {} in {:.1f} s\n", w, strategy,
+                           r.ran ? "done" : r.note,
+                           std::chrono::duration<double>(Clock::now() - a).count());
+                reps[i].push_back(std::move(r));
+            }
+        for (const std::size_t i : to_run) {
+            auto& v = reps[i];
+            std::vector<std::size_t> ok;
+            for (std::size_t k = 0; k < v.size(); ++k)
+                if (v[k].ran)
+                    ok.push_back(k);
+            if (ok.empty()) {
+                results[i] = v.back();
+                continue;
+            }
+            std::sort(ok.begin(), ok.end(),
+                      [&](std::size_t a, std::size_t b) { return v[a].total_s < v[b].total_s; });
+            Result r = v[ok[(ok.size() - 1) / 2]];
+            if (ok.size() > 1)
+                r.reps_note = fmt::format("median of {} runs ({:.2f} .. {:.2f} s)", ok.size(),
+                                          v[ok.front()].total_s, v[ok.back()].total_s);
+            // The floor bounds any run of these bodies: the lowest any repetition measured.
+            for (const std::size_t k : ok)
+                if (v[k].floor_s > 0 && v[k].floor_s < r.floor_s) {
+                    r.floor_s = v[k].floor_s;
+                    r.floor_bound = v[k].floor_bound;
+                    r.floor_burst = v[k].floor_burst;
+                }
+            results[i] = std::move(r);
+        }
+        for (const auto& [row, of] : repeats) {
+            Result r = results[of];
+            const Strategy st = *parse_strategy(results[row].strategy);
+            r.strategy = results[row].strategy;
+            r.note = st.kind == Strategy::Kind::fixed
+                         ? fmt::format("the same configuration as {} (hardware_concurrency() "
+                                       "= {}), its run repeated in this row",
+                                       results[of].strategy, cores())
+                         : fmt::format("the same configuration as {}, its run repeated in this "
+                                       "row",
+                                       results[of].strategy);
+            results[row] = std::move(r);
         }
         print_report(spec, results);
         write_markdown(out / (w + ".md"), spec, results);
