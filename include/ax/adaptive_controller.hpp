@@ -252,6 +252,11 @@ class AdaptiveController {
             shares_known_ = true;
             last_cpu_in_ = in.cpu_share;
             last_rq_in_ = in.runqueue_share;
+            for (std::size_t i = 0; i + 1 < recent_.size(); ++i)
+                recent_[i] = recent_[i + 1];
+            recent_.back() = {std::clamp(in.cpu_share, 0.0, 1.0),
+                              std::clamp(in.runqueue_share, 0.0, 1.0)};
+            recent_seen_ = std::min(recent_seen_ + 1, recent_.size());
         }
         const double rq = shares_known_ ? rq_ : 0.0;
         const double hi = cfg_.max_workers;
@@ -264,13 +269,18 @@ class AdaptiveController {
         // workers or at 90 it comes out the same, and the pool does not chase its own shadow
         // (un-normalised, a crowded pool measured a small blocked share, hence a small cap,
         // shrank, measured a large one and grew: the oscillation on mixed work).
-        double cap = hi;
-        if (shares_known_ && cpu_ > 1e-3 && rq < 1.0 - 1e-3) {
-            const double cpu_n = std::min(1.0, cpu_ / (1.0 - rq));
-            const double blocked_n = 1.0 - cpu_n;
-            cap = std::clamp(
-                std::floor(std::max<std::uint32_t>(in.cores, 1) / cpu_n * (1.0 + blocked_n) + 0.5),
-                1.0, hi);
+        const double cores = std::max<std::uint32_t>(in.cores, 1);
+        const double cap = shares_known_ ? cap_of(cores, cpu_, rq) : hi;
+        // Growth trusts the lowest cap and the highest runqueue share of the last few samples,
+        // not their average. A worker waiting for a CPU has its wait credited by the kernel
+        // only when it next runs, so on a machine crowded by other processes one sample shows
+        // it as blocked (a tiny CPU share, a cap in the hundreds) and a later one as runqueue
+        // wait: averaged, CPU-bound work grew to 200 workers on a loaded machine (measured).
+        double grow_cap = cap;
+        double rq_recent = shares_known_ ? rq_ : 0.0;
+        for (std::size_t i = recent_.size() - recent_seen_; i < recent_.size(); ++i) {
+            grow_cap = std::min(grow_cap, cap_of(cores, recent_[i].cpu, recent_[i].rq));
+            rq_recent = std::max(rq_recent, recent_[i].rq);
         }
         // The cap lowers the target only after two fresh samples in a row put it clearly below
         // (under cap_shrink_margin of the target): one sample can catch a transient (a burst's
@@ -316,14 +326,19 @@ class AdaptiveController {
             want = cap;
             why = ControllerReason::cpu_bound;
         }
+        if (want > cur && want > grow_cap) {
+            want = std::max<double>(grow_cap, cur);
+            why = ControllerReason::cpu_bound;
+        }
         double next = cur;
         const bool waits_for_cpu = shares_known_ && rq_ > runqueue_dominates;
+        const bool recently_waited = shares_known_ && rq_recent > runqueue_dominates;
         if (waits_for_cpu && cur > cap) {
             // Oversubscribed: workers wait for a CPU more than they run. Shrink to the cap once
             // two samples agree.
             next = cap_confirmed ? cap : cur;
             why = ControllerReason::runqueue;
-        } else if (want > cur && waits_for_cpu) {
+        } else if (want > cur && (waits_for_cpu || recently_waited)) {
             // Grow no further while runqueue wait dominates (whoever causes it: more threads
             // would only queue behind the others).
             why = ControllerReason::runqueue;
@@ -367,6 +382,20 @@ class AdaptiveController {
     [[nodiscard]] const BurstForecaster& forecaster() const noexcept { return fc_; }
 
   private:
+    /// The CPU cap of shares `cpu`, `rq`: cores / cpu_n x (1 + blocked_n), at most max_workers.
+    [[nodiscard]] double cap_of(double cores, double cpu, double rq) const noexcept {
+        const double hi = cfg_.max_workers;
+        if (cpu <= 1e-3 || rq >= 1.0 - 1e-3)
+            return hi;
+        const double cpu_n = std::min(1.0, cpu / (1.0 - rq));
+        const double blocked_n = 1.0 - cpu_n;
+        return std::clamp(std::floor(cores / cpu_n * (1.0 + blocked_n) + 0.5), 1.0, hi);
+    }
+
+    struct Shares {
+        double cpu = 0.0;
+        double rq = 0.0;
+    };
     static constexpr double rate_tau_s = 0.5;
     Config cfg_;
     bool forecast_;
@@ -381,6 +410,8 @@ class AdaptiveController {
     double last_cpu_in_ = -1.0;
     double last_rq_in_ = -1.0;
     int cap_low_samples_ = 0;
+    std::array<Shares, 4> recent_{}; // the last fresh samples, raw (growth's pessimism)
+    std::size_t recent_seen_ = 0;
     int blind_rounds_ = 0;
     BurstForecaster fc_;
 };
