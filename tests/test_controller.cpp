@@ -424,8 +424,15 @@ TEST_CASE("AdaptiveController grows no further while runqueue wait dominates", "
     const auto d = c(in);
     CHECK(d.target == 8);
     CHECK(d.reason == ax::ControllerReason::runqueue);
-    // Once the runqueue share falls, the backlog grows the pool again.
-    in.cpu_share = 0.02;
-    in.runqueue_share = 0.1;
+    // Once the runqueue share has stayed low for the last four samples (the kernel credits
+    // waits late, so one low sample proves little), the backlog grows the pool again.
+    std::uint32_t t = 0;
+    for (int i = 0; i < 3; ++i) {
+        in.cpu_share = 0.02 + 0.001 * i; // distinct values: each a fresh sample
+        in.runqueue_share = 0.1;
+        t = c(in).target;
+        CHECK(t == 8);
+    }
+    in.cpu_share = 0.025;
     CHECK(c(in).target > 8);
 }
