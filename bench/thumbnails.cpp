@@ -286,7 +286,8 @@ struct Sample {
 struct Result {
     std::string strategy;
     bool ran = false;
-    std::string note; // why it did not run, or which run it repeats
+    std::string note;      // why it did not run, or which run it repeats
+    std::string reps_note; // --reps: which of the runs this row shows
     double total_s = 0, avg_s = 0, p50_s = 0, p99_s = 0, avg_release_s = 0;
     std::uint64_t rejections = 0, pushbacks = 0, peak_workers = 0, threads_created = 0;
     std::uint64_t completed = 0;
@@ -299,6 +300,7 @@ struct Result {
     double task_cpu_s = 0;          ///< sum of the bodies' thread CPU time
     double thread_s = 0;            ///< worker threads alive, integrated over the run
     double wait200_p99_s = 0;       ///< p99 release -> start of each burst's first 200 tasks
+    double wait200_late_p99_s = 0;  ///< the same over bursts 5 on (see predictable_from)
     double median_busy = 0;         ///< median running bodies over the middle half of the run
     // ax only: the controller's own account (MetricsSnapshot::controller).
     std::string ctl_policy = "-";
@@ -455,6 +457,10 @@ double quantile(std::vector<double>& v, double q) {
 /// (of the one round when there is a single round).
 constexpr std::uint64_t burst_head = 200;
 
+/// The first burst (0-based) a periodic-burst forecaster can foresee: one needs four starts
+/// (three intervals) to call a period, so bursts 1..4 are met by the controller alone.
+constexpr std::uint64_t predictable_from = 4;
+
 /// Drives one run: releases the bursts, lets `submit(i)` place task i (false: lost), samples
 /// `probe()` every 10 ms (thread-seconds, busy workers; every 10th sample goes to the CSV), waits
 /// for every admitted task, and fills the timing part of `r`.
@@ -507,7 +513,7 @@ void drive(Shared& sh, Result& r, const std::function<bool(std::uint64_t)>& subm
     sampler.join();
 
     std::int64_t last = sh.t0;
-    std::vector<double> lat, head_wait;
+    std::vector<double> lat, head_wait, late_wait;
     lat.reserve(n);
     double sum_release = 0;
     for (std::uint64_t i = 0; i < n; ++i) {
@@ -517,8 +523,11 @@ void drive(Shared& sh, Result& r, const std::function<bool(std::uint64_t)>& subm
         lat.push_back(static_cast<double>(sh.end_ns[i] - sh.submit_ns[i]) / 1e9);
         const double release_ns = sh.t0 + static_cast<double>(i / bs) * s.gap_ms * 1e6;
         sum_release += (static_cast<double>(sh.end_ns[i]) - release_ns) / 1e9;
-        if (i % bs < burst_head && (s.bursts <= 1 || i >= bs))
+        if (i % bs < burst_head && (s.bursts <= 1 || i >= bs)) {
             head_wait.push_back((static_cast<double>(sh.start_ns[i]) - release_ns) / 1e9);
+            if (i / bs >= predictable_from)
+                late_wait.push_back(head_wait.back());
+        }
     }
     r.ran = true;
     r.completed = lat.size();
@@ -532,6 +541,7 @@ void drive(Shared& sh, Result& r, const std::function<bool(std::uint64_t)>& subm
     r.p50_s = quantile(lat, 0.50);
     r.p99_s = quantile(lat, 0.99);
     r.wait200_p99_s = quantile(head_wait, 0.99);
+    r.wait200_late_p99_s = quantile(late_wait, 0.99);
     const double wall = std::chrono::duration<double>(t_end - t0).count();
     r.cpu_pct = wall > 0 ? 100.0 * (cpu1 - cpu0) / wall / cores() : 0;
 
@@ -659,11 +669,33 @@ template <class Controller> void run_ax(Shared& sh, Result& r, const ax::Config&
             std::this_thread::sleep_for(e.retry_after);
         }
     };
+    // AX_BENCH_TRACE=<file>: one line per 10 ms probe with what the controller decided and
+    // from what (for diagnosing a controller on the real machine; off by default).
+    std::FILE* trace = nullptr;
+    if (const char* path = std::getenv("AX_BENCH_TRACE"); path != nullptr && *path != '\0')
+        trace = std::fopen(path, "a");
+    if (trace != nullptr)
+        std::fprintf(trace,
+                     "# %s %s: t_s target reason live busy queue cpu_share rq_share "
+                     "rounds direction_changes\n",
+                     sh.spec.name.c_str(), r.strategy.c_str());
+    const auto trace_t0 = Clock::now();
     auto probe = [&] {
         const auto m = sched.metrics();
+        if (trace != nullptr) {
+            const auto& c = m.controller;
+            std::fprintf(trace, "%.3f %u %s %u %u %u %.3f %.3f %llu %llu\n",
+                         std::chrono::duration<double>(Clock::now() - trace_t0).count(), c.target,
+                         ax::controller_reason_name(c.reason), c.inputs.live_workers,
+                         c.inputs.busy_workers, m.queue_length_total, c.inputs.cpu_share,
+                         c.inputs.runqueue_share, static_cast<unsigned long long>(c.rounds),
+                         static_cast<unsigned long long>(c.direction_changes));
+        }
         return Probe{m.workers.current, m.queue_length_total};
     };
     drive(sh, r, submit, probe);
+    if (trace != nullptr)
+        std::fclose(trace);
     const auto m = sched.metrics();
     r.pushbacks = pushbacks;
     r.peak_workers = m.workers.peak;
@@ -727,13 +759,14 @@ std::string serialize(const Result& r) {
         "result strategy={} total_s={:.6f} avg_s={:.6f} p50_s={:.6f} p99_s={:.6f} "
         "avg_release_s={:.6f} rejections={} pushbacks={} peak_workers={} threads_created={} "
         "completed={} cpu_pct={:.3f} rss_mib={:.3f} floor_s={:.6f} floor_bound={} floor_burst={} "
-        "peak_running={} task_cpu_s={:.6f} thread_s={:.6f} wait200_p99_s={:.6f} median_busy={} "
+        "peak_running={} task_cpu_s={:.6f} thread_s={:.6f} wait200_p99_s={:.6f} "
+        "wait200_late_p99_s={:.6f} median_busy={} "
         "ctl_policy={} ctl_rounds={} ctl_changes={} ctl_direction_changes={}\n",
         r.strategy, r.total_s, r.avg_s, r.p50_s, r.p99_s, r.avg_release_s, r.rejections,
         r.pushbacks, r.peak_workers, r.threads_created, r.completed, r.cpu_pct, r.rss_mib,
         r.floor_s, r.floor_bound, r.floor_burst, r.peak_running, r.task_cpu_s, r.thread_s,
-        r.wait200_p99_s, r.median_busy, r.ctl_policy, r.ctl_rounds, r.ctl_changes,
-        r.ctl_direction_changes);
+        r.wait200_p99_s, r.wait200_late_p99_s, r.median_busy, r.ctl_policy, r.ctl_rounds,
+        r.ctl_changes, r.ctl_direction_changes);
     for (const auto& x : r.samples)
         s += fmt::format("sample {:.1f} {} {} {}\n", x.t_s, x.workers, x.queue_length, x.completed);
     return s;
@@ -781,6 +814,7 @@ Result deserialize(const std::string& text) {
             r.task_cpu_s = d("task_cpu_s");
             r.thread_s = d("thread_s");
             r.wait200_p99_s = d("wait200_p99_s");
+            r.wait200_late_p99_s = d("wait200_late_p99_s");
             r.median_busy = d("median_busy");
             r.ctl_policy = kv["ctl_policy"];
             r.ctl_rounds = u("ctl_rounds");
@@ -1044,6 +1078,12 @@ std::vector<Verdict> verdicts(const Spec& spec, const std::vector<Result>& resul
                 ax->wait200_p99_s <= 0.5 * base->wait200_p99_s,
                 fmt::format("{:.3f} s vs {:.3f} s ({}){}", ax->wait200_p99_s, base->wait200_p99_s,
                             why, mark));
+            if (spec.bursts > predictable_from)
+                add(fmt::format("  the same over bursts {}+ (predictable)", predictable_from + 1),
+                    ax->wait200_late_p99_s <= 0.5 * base->wait200_late_p99_s,
+                    fmt::format("{:.3f} s vs {:.3f} s (the forecaster needs four bursts' starts "
+                                "to call a period)",
+                                ax->wait200_late_p99_s, base->wait200_late_p99_s));
             add("ax thread-s <= 1.10 x " + name, ax->thread_s <= 1.10 * base->thread_s,
                 fmt::format("{:.1f} vs {:.1f} thread-seconds{}", ax->thread_s, base->thread_s,
                             mark));
@@ -1075,6 +1115,8 @@ std::vector<std::string> notes(const Spec& spec, const std::vector<Result>& resu
         if (!r.note.empty())
             out.push_back(
                 fmt::format("{} {}: {}", r.strategy, r.ran ? "shown again" : "not run", r.note));
+        else if (!r.reps_note.empty())
+            out.push_back(fmt::format("{}: {}", r.strategy, r.reps_note));
     for (const auto& r : results)
         if (r.ran && r.strategy.starts_with("ax"))
             out.push_back(fmt::format(
@@ -1343,6 +1385,7 @@ struct Options {
     std::string out = "bench-results";
     bool quick = false;
     double max_estimate_s = 30;
+    std::uint32_t reps = 1;
     // child only
     std::string child;
     int result_fd = -1;
@@ -1373,6 +1416,8 @@ strategy, and prints a table per workload. Writes <out>/<workload>.md, .csv and 
   --max-estimate-s S  skip a fixed pool whose nominal lower-bound time exceeds S seconds unless
                       --strategies was given (default 30; fixed1 on sleep would need 1600 s);
                       fixed32 and fixed128, the seed's baselines, always run
+  --reps N            run the strategies N times, in alternating rounds, and report each
+                      one's median run (default 1; the other runs' range is noted)
   --out DIR           output folder (default bench-results)
   --quick             small and fast: 200 x 5 ms (and scaled-down other workloads)
   --help              this text
@@ -1434,6 +1479,11 @@ Options parse(int argc, char** argv) {
                 if (!s.empty())
                     o.strategies.push_back(s);
             o.strategies_given = true;
+        } else if (a == "--reps") {
+            const double n = num(next());
+            if (n < 1 || n > 99 || n != std::floor(n))
+                throw std::invalid_argument("--reps: a whole number from 1 to 99");
+            o.reps = static_cast<std::uint32_t>(n);
         } else if (a == "--max-estimate-s") {
             o.max_estimate_s = num(next());
         } else if (a == "--out") {
@@ -1572,20 +1622,15 @@ int parent_main(const Options& o, const std::string& self) {
         fmt::print(stderr, "[{}] {}\n", w, describe(spec));
         std::vector<Result> results;
         std::map<std::string, std::size_t> ran; // Strategy::key() -> index in results
+        std::vector<std::pair<std::size_t, std::size_t>> repeats; // (row, row it repeats)
+        std::vector<std::size_t> to_run;                          // rows that run a child
         const auto strategies = o.strategies_given ? o.strategies : default_strategies(w);
         for (const auto& strategy : strategies) {
             const Strategy st = *parse_strategy(strategy);
             if (const auto it = ran.find(st.key()); it != ran.end()) {
-                Result r = results[it->second]; // e.g. fixedhw = fixed2 on 2 cores
+                repeats.emplace_back(results.size(), it->second); // e.g. fixedhw = fixed2
+                Result r;
                 r.strategy = strategy;
-                r.note = st.kind == Strategy::Kind::fixed
-                             ? fmt::format("the same configuration as {} (hardware_concurrency() "
-                                           "= {}), its run repeated in this row",
-                                           results[it->second].strategy, cores())
-                             : fmt::format("the same configuration as {} (this build's default "
-                                           "controller is ax::LittleController), its run "
-                                           "repeated in this row",
-                                           results[it->second].strategy);
                 results.push_back(std::move(r));
                 continue;
             }
@@ -1608,14 +1653,64 @@ int parent_main(const Options& o, const std::string& self) {
                     continue;
                 }
             }
-            fmt::print(stderr, "[{}] {}: running...\n", w, strategy);
-            const auto a = Clock::now();
-            Result r = run_in_child(self, strategy, spec);
-            fmt::print(stderr, "[{}] {}: {} in {:.1f} s\n", w, strategy, r.ran ? "done" : r.note,
-                       std::chrono::duration<double>(Clock::now() - a).count());
-            if (r.ran)
-                ran[st.key()] = results.size();
+            ran[st.key()] = results.size();
+            to_run.push_back(results.size());
+            Result r;
+            r.strategy = strategy;
             results.push_back(std::move(r));
+        }
+        // --reps N: N rounds over the strategies, alternating (a machine shared with other work
+        // drifts: each strategy sees each phase of it); each row reports its median run.
+        std::vector<std::vector<Result>> reps(results.size());
+        for (std::uint32_t rep = 0; rep < o.reps; ++rep)
+            for (const std::size_t i : to_run) {
+                const std::string& strategy = results[i].strategy;
+                fmt::print(stderr, "[{}] {}: running{}...\n", w, strategy,
+                           o.reps > 1 ? fmt::format(" ({}/{})", rep + 1, o.reps) : "");
+                const auto a = Clock::now();
+                Result r = run_in_child(self, strategy, spec);
+                fmt::print(stderr, "[{}] {}: {} in {:.1f} s\n", w, strategy,
+                           r.ran ? "done" : r.note,
+                           std::chrono::duration<double>(Clock::now() - a).count());
+                reps[i].push_back(std::move(r));
+            }
+        for (const std::size_t i : to_run) {
+            auto& v = reps[i];
+            std::vector<std::size_t> ok;
+            for (std::size_t k = 0; k < v.size(); ++k)
+                if (v[k].ran)
+                    ok.push_back(k);
+            if (ok.empty()) {
+                results[i] = v.back();
+                continue;
+            }
+            std::sort(ok.begin(), ok.end(),
+                      [&](std::size_t a, std::size_t b) { return v[a].total_s < v[b].total_s; });
+            Result r = v[ok[(ok.size() - 1) / 2]];
+            if (ok.size() > 1)
+                r.reps_note = fmt::format("median of {} runs ({:.2f} .. {:.2f} s)", ok.size(),
+                                          v[ok.front()].total_s, v[ok.back()].total_s);
+            // The floor bounds any run of these bodies: the lowest any repetition measured.
+            for (const std::size_t k : ok)
+                if (v[k].floor_s > 0 && v[k].floor_s < r.floor_s) {
+                    r.floor_s = v[k].floor_s;
+                    r.floor_bound = v[k].floor_bound;
+                    r.floor_burst = v[k].floor_burst;
+                }
+            results[i] = std::move(r);
+        }
+        for (const auto& [row, of] : repeats) {
+            Result r = results[of];
+            const Strategy st = *parse_strategy(results[row].strategy);
+            r.strategy = results[row].strategy;
+            r.note = st.kind == Strategy::Kind::fixed
+                         ? fmt::format("the same configuration as {} (hardware_concurrency() "
+                                       "= {}), its run repeated in this row",
+                                       results[of].strategy, cores())
+                         : fmt::format("the same configuration as {}, its run repeated in this "
+                                       "row",
+                                       results[of].strategy);
+            results[row] = std::move(r);
         }
         print_report(spec, results);
         write_markdown(out / (w + ".md"), spec, results);

@@ -50,6 +50,18 @@ struct Setup {
     double oversubscription_penalty = 0.02;
     /// Give up after this much virtual time.
     double max_time_s = 600.0;
+    /// What an idle worker's kernel counters gain per tick outside any task body (waking up
+    /// to find no work, parking again; a crowd of them woken at once waits in the runqueue for
+    /// each other): CPU and runqueue time, seconds. Measured on the development machine, idle
+    /// workers between bursts showed a runqueue share of ~0.99 of their (tiny) CPU + wait.
+    double idle_cpu_s = 2e-6;
+    double idle_wait_s = 60e-6;
+    /// CPU-bound threads of other processes sharing the cores (a loaded machine).
+    std::uint32_t foreign_threads = 0;
+    /// The kernel credits a runqueue wait when the thread next runs: here once the worker has
+    /// received this much CPU since the last credit (a timeslice), or its CPU phase ends. On a
+    /// crowded machine a sample then shows long waits as neither CPU nor wait (blocked).
+    double timeslice_s = 3e-3;
 };
 
 /// What a run measured.
@@ -79,7 +91,9 @@ struct Worker {
     // Kernel-style counters (ns) and the tick's cursor.
     double cpu_ns = 0.0;
     double wait_ns = 0.0;
-    double busy_ns = 0.0; // finished attempts
+    double busy_ns = 0.0;         // finished attempts
+    double pending_wait_ns = 0.0; // waited, not yet credited (see Setup::timeslice_s)
+    double slice_s = 0.0;         // CPU received since the last credit
     ax::detail::SchedCursor cursor;
 };
 
@@ -184,7 +198,9 @@ Result run(const Setup& s, const std::vector<Arrival>& arrivals, Policy& policy)
         }
         r.peak_busy = std::max<std::uint32_t>(r.peak_busy, static_cast<std::uint32_t>(busy));
         const double share =
-            runnable == 0 ? 1.0 : std::min(1.0, s.cores / static_cast<double>(runnable));
+            runnable == 0
+                ? 1.0
+                : std::min(1.0, s.cores / static_cast<double>(runnable + s.foreign_threads));
         const double over =
             runnable > s.cores ? (runnable - s.cores) / static_cast<double>(s.cores) : 0.0;
         const double progress = share / (1.0 + s.oversubscription_penalty * over);
@@ -196,11 +212,17 @@ Result run(const Setup& s, const std::vector<Arrival>& arrivals, Policy& policy)
                 const double used = std::min(h, w.cpu_left / progress);
                 w.cpu_left -= progress * used;
                 w.cpu_ns += share * used * 1e9;
-                w.wait_ns += (1.0 - share) * used * 1e9;
+                w.pending_wait_ns += (1.0 - share) * used * 1e9;
+                w.slice_s += share * used;
                 cpu_used_tick += share * used;
                 left -= used;
                 if (w.cpu_left < 1e-12)
                     w.cpu_left = 0.0;
+                if (w.slice_s >= s.timeslice_s || w.cpu_left <= 0.0) {
+                    w.wait_ns += w.pending_wait_ns;
+                    w.pending_wait_ns = 0.0;
+                    w.slice_s = 0.0;
+                }
             }
             if (w.cpu_left <= 0.0 && left > 0.0)
                 w.blocked_left -= left;
@@ -214,6 +236,12 @@ Result run(const Setup& s, const std::vector<Arrival>& arrivals, Policy& policy)
                 w.task = -1;
             }
         }
+        if ((step + 1) % steps_per_tick == 0)
+            for (auto& w : workers)
+                if (w.task < 0 && w.available_at <= now) {
+                    w.cpu_ns += s.idle_cpu_s * 1e9;
+                    w.wait_ns += s.idle_wait_s * 1e9;
+                }
         r.thread_seconds += static_cast<double>(workers.size()) * h;
         now += h;
         if (done == arrivals.size()) {

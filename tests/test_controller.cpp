@@ -390,9 +390,17 @@ TEST_CASE("BurstForecaster predicts evenly spaced bursts and nothing else", "[co
     REQUIRE(periodic.predict(next));
     CHECK(next == Approx(13.0).margin(0.11));
     CHECK(periodic.learned_peak() == 200);
-    CHECK(periodic.hint(next - 0.1, 0.1).floor == 200); // within the lead
-    CHECK(periodic.hint(next - 1.0, 0.1).floor == 0);   // well before it: no floor
-    CHECK(periodic.hint(next + 1.0, 0.1).floor == 0);   // a burst that did not come: lapsed
+    // Within the lead: a quarter of the peak pre-started (the burst's first round grows x4).
+    CHECK(periodic.hint(next - 0.1, 0.1).floor == 50);
+    CHECK(periodic.hint(next - 1.0, 0.1).floor == 0); // well before it: no floor
+    CHECK(periodic.hint(next + 1.0, 0.1).floor == 0); // a burst that did not come: lapsed
+    // The burst comes as predicted: while its work is queued it gets the whole learned peak.
+    periodic.observe(next, 0.1, 2000, 500, 100);
+    CHECK(periodic.in_burst());
+    CHECK(periodic.hint(next, 0.1).floor == 200);
+    periodic.observe(next + 0.1, 0.1, 0, 0, 4); // drained: the burst ends, no floor
+    CHECK_FALSE(periodic.in_burst());
+    CHECK(periodic.hint(next + 0.1, 0.1).floor == 0);
 
     ax::BurstForecaster irregular;
     feed(irregular, {1.0, 2.0, 6.0, 7.5}, 9.0);
@@ -416,8 +424,15 @@ TEST_CASE("AdaptiveController grows no further while runqueue wait dominates", "
     const auto d = c(in);
     CHECK(d.target == 8);
     CHECK(d.reason == ax::ControllerReason::runqueue);
-    // Once the runqueue share falls, the backlog grows the pool again.
-    in.cpu_share = 0.02;
-    in.runqueue_share = 0.1;
+    // Once the runqueue share has stayed low for the last four samples (the kernel credits
+    // waits late, so one low sample proves little), the backlog grows the pool again.
+    std::uint32_t t = 0;
+    for (int i = 0; i < 3; ++i) {
+        in.cpu_share = 0.02 + 0.001 * i; // distinct values: each a fresh sample
+        in.runqueue_share = 0.1;
+        t = c(in).target;
+        CHECK(t == 8);
+    }
+    in.cpu_share = 0.025;
     CHECK(c(in).target > 8);
 }

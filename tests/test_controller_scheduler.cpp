@@ -84,6 +84,8 @@ TEST_CASE("the default controller reports its inputs, CPU share included", "[con
         const auto in = sched.metrics().controller.inputs;
         return in.cpu_share + in.runqueue_share > 0.5 && in.offered_total >= 2;
     });
+    // Both bodies ran through whole rounds: the round's peak saw them.
+    CHECK(eventually([&] { return sched.metrics().controller.inputs.peak_busy_workers >= 2; }));
     stop = true;
     for (auto& h : hs)
         h.get();

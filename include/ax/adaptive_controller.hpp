@@ -38,6 +38,10 @@ class BurstForecaster {
     static constexpr double hot_tau_s = 10.0;
     /// Largest relative difference of two intervals that still makes a period (default 0.2).
     static constexpr double period_tolerance = 0.2;
+    /// The pre-scale floor is the last burst's worker need divided by this (default 4, the
+    /// controller's growth factor per round): enough that the burst's first round reaches the
+    /// need; pre-starting all of it would cost four times the idle thread-seconds.
+    static constexpr std::uint32_t prescale_divisor = 4;
 
     /// What the forecaster asks of the controller this round: a floor under the target (0: none)
     /// and the arrival rate it expects (0 outside a predicted burst).
@@ -58,15 +62,31 @@ class BurstForecaster {
             base_ += std::min(1.0, dt / tau) * (rate - base_);
         }
         if (!in_burst_ && hot) {
+            // When the burst started is known to within the round: its arrivals came in
+            // (t - dt, t]. A burst that arrives as predicted keeps the predicted time (a
+            // pre-scaled pool meets it without queueing, so no early round marks its start and
+            // the round that notices it may come most of a round late; recording that lateness
+            // would shift the next prediction past the round that should pre-scale). Otherwise
+            // the middle of the round.
+            double start = t - 0.5 * std::max(0.0, dt);
+            double next = 0.0;
+            foreseen_ = false;
+            if (predict(next)) {
+                if (next > t - std::max(0.0, dt) - 1e-9 && next <= t + 1e-9)
+                    start = next;
+                const double lead = std::max(1.1 * std::max(0.0, dt), 0.05 * period_s());
+                foreseen_ = std::abs(t - next) <= lead + std::max(0.0, dt);
+            }
             in_burst_ = true;
             peak_ = need;
             burst_tasks_ = 0;
-            burst_start_ = t;
+            burst_start_ = start;
             for (std::size_t i = 0; i + 1 < starts_.size(); ++i)
                 starts_[i] = starts_[i + 1];
-            starts_.back() = t;
+            starts_.back() = start;
             starts_seen_ = std::min<std::size_t>(starts_seen_ + 1, starts_.size());
         }
+        arriving_ = queue_length > 0;
         if (in_burst_) {
             peak_ = std::max(peak_, need);
             burst_tasks_ += arrivals;
@@ -83,13 +103,26 @@ class BurstForecaster {
     /// `round_s` (the lead is a little over one round, so some round falls inside it).
     [[nodiscard]] Hint hint(double t, double round_s) const noexcept {
         Hint h;
+        if (in_burst_) {
+            // A burst that came as predicted gets at once the workers the last one needed:
+            // refusals at a full queue hide how far behind the pool is, so the controller alone
+            // would ramp up over a few rounds.
+            if (foreseen_ && arriving_) {
+                h.floor = learned_peak_;
+                h.rate = learned_rate_;
+            }
+            return h;
+        }
         double next = 0.0;
-        if (in_burst_ || !predict(next))
+        if (!predict(next))
             return h;
         const double p = period_s();
         const double lead = std::max(1.1 * round_s, 0.05 * p);
         if (t >= next - lead && t <= next + lead) {
-            h.floor = learned_peak_;
+            // A quarter of the peak: the burst's first round grows the pool growth_factor-fold
+            // from there to the peak, so its first tasks start at once and the rest a tick
+            // later, for a quarter of the idle thread-seconds of pre-starting the whole peak.
+            h.floor = (learned_peak_ + prescale_divisor - 1) / prescale_divisor;
             h.rate = learned_rate_;
         }
         return h;
@@ -131,6 +164,8 @@ class BurstForecaster {
   private:
     double base_ = 0.0;
     bool in_burst_ = false;
+    bool foreseen_ = false; // the burst under way started where one was predicted
+    bool arriving_ = false; // the last round was hot or left work queued
     std::uint32_t peak_ = 0;
     std::uint32_t learned_peak_ = 0;
     double learned_rate_ = 0.0;
@@ -181,6 +216,9 @@ class AdaptiveController {
     /// in three rounds, each after a fresh sample of the shares, so the pool never outgrows
     /// what a sample of a few workers showed.
     static constexpr double growth_factor = 4.0;
+    /// The CPU cap lowers the target only when it is at most this share of it (default 0.8):
+    /// the deadband that keeps a cap measured near the target from moving it.
+    static constexpr double cap_shrink_margin = 0.8;
 
     /// Keeps a copy of the limits it needs; `forecast` false leaves the BurstForecaster out (it
     /// still observes, but never sets a floor).
@@ -214,6 +252,11 @@ class AdaptiveController {
             shares_known_ = true;
             last_cpu_in_ = in.cpu_share;
             last_rq_in_ = in.runqueue_share;
+            for (std::size_t i = 0; i + 1 < recent_.size(); ++i)
+                recent_[i] = recent_[i + 1];
+            recent_.back() = {std::clamp(in.cpu_share, 0.0, 1.0),
+                              std::clamp(in.runqueue_share, 0.0, 1.0)};
+            recent_seen_ = std::min(recent_seen_ + 1, recent_.size());
         }
         const double rq = shares_known_ ? rq_ : 0.0;
         const double hi = cfg_.max_workers;
@@ -221,18 +264,30 @@ class AdaptiveController {
         // The useful concurrency of this work: cores x (cpu + blocked) / cpu, widened by the
         // blocked share (mixed work's CPU phases collide; a few more workers keep the cores
         // busy) and exactly the cores for pure CPU work.
-        double cap = hi;
-        if (shares_known_ && cpu_ > 1e-3) {
-            const double blocked = std::max(0.0, 1.0 - cpu_ - rq);
-            cap = std::clamp(std::floor(std::max<std::uint32_t>(in.cores, 1) * (1.0 - rq) / cpu_ *
-                                            (1.0 + blocked) +
-                                        0.5),
-                             1.0, hi);
+        // Both shares are taken per unit of un-inflated time (busy time less runqueue wait), so
+        // the cap is a property of the work, not of the pool's current size: measured at 17
+        // workers or at 90 it comes out the same, and the pool does not chase its own shadow
+        // (un-normalised, a crowded pool measured a small blocked share, hence a small cap,
+        // shrank, measured a large one and grew: the oscillation on mixed work).
+        const double cores = std::max<std::uint32_t>(in.cores, 1);
+        const double cap = shares_known_ ? cap_of(cores, cpu_, rq) : hi;
+        // Growth trusts the lowest cap and the highest runqueue share of the last few samples,
+        // not their average. A worker waiting for a CPU has its wait credited by the kernel
+        // only when it next runs, so on a machine crowded by other processes one sample shows
+        // it as blocked (a tiny CPU share, a cap in the hundreds) and a later one as runqueue
+        // wait: averaged, CPU-bound work grew to 200 workers on a loaded machine (measured).
+        double grow_cap = cap;
+        double rq_recent = shares_known_ ? rq_ : 0.0;
+        for (std::size_t i = recent_.size() - recent_seen_; i < recent_.size(); ++i) {
+            grow_cap = std::min(grow_cap, cap_of(cores, recent_[i].cpu, recent_[i].rq));
+            rq_recent = std::max(rq_recent, recent_[i].rq);
         }
-        // The cap lowers the target only after two fresh samples in a row put it below: one
-        // sample can catch a transient (a burst's workers all waking at once).
+        // The cap lowers the target only after two fresh samples in a row put it clearly below
+        // (under cap_shrink_margin of the target): one sample can catch a transient (a burst's
+        // workers all waking at once), and a cap near the target is measurement noise.
         if (fresh)
-            cap_low_samples_ = cap < cur ? cap_low_samples_ + 1 : 0;
+            cap_low_samples_ =
+                cap < cur && cap <= cap_shrink_margin * cur ? cap_low_samples_ + 1 : 0;
         const bool cap_confirmed = cap_low_samples_ >= 2;
 
         ControllerReason why = ControllerReason::little_law;
@@ -260,22 +315,30 @@ class AdaptiveController {
         if (in.queue_length > 0)
             need = std::max(need, 1.0);
         need = std::min(std::ceil(need - 1e-9), hi);
+        // What a burst needed: the controller's need, or the workers it kept busy where a
+        // forecast floor (not the need) gave them.
         fc_.observe(t_, dt, arrivals, in.queue_length,
-                    static_cast<std::uint32_t>(std::max(0.0, need)));
+                    std::max({static_cast<std::uint32_t>(std::max(0.0, need)), in.busy_workers,
+                              in.peak_busy_workers}));
 
         double want = need;
         if (want > cap) {
             want = cap;
             why = ControllerReason::cpu_bound;
         }
+        if (want > cur && want > grow_cap) {
+            want = std::max<double>(grow_cap, cur);
+            why = ControllerReason::cpu_bound;
+        }
         double next = cur;
         const bool waits_for_cpu = shares_known_ && rq_ > runqueue_dominates;
+        const bool recently_waited = shares_known_ && rq_recent > runqueue_dominates;
         if (waits_for_cpu && cur > cap) {
             // Oversubscribed: workers wait for a CPU more than they run. Shrink to the cap once
             // two samples agree.
             next = cap_confirmed ? cap : cur;
             why = ControllerReason::runqueue;
-        } else if (want > cur && waits_for_cpu) {
+        } else if (want > cur && (waits_for_cpu || recently_waited)) {
             // Grow no further while runqueue wait dominates (whoever causes it: more threads
             // would only queue behind the others).
             why = ControllerReason::runqueue;
@@ -319,6 +382,20 @@ class AdaptiveController {
     [[nodiscard]] const BurstForecaster& forecaster() const noexcept { return fc_; }
 
   private:
+    /// The CPU cap of shares `cpu`, `rq`: cores / cpu_n x (1 + blocked_n), at most max_workers.
+    [[nodiscard]] double cap_of(double cores, double cpu, double rq) const noexcept {
+        const double hi = cfg_.max_workers;
+        if (cpu <= 1e-3 || rq >= 1.0 - 1e-3)
+            return hi;
+        const double cpu_n = std::min(1.0, cpu / (1.0 - rq));
+        const double blocked_n = 1.0 - cpu_n;
+        return std::clamp(std::floor(cores / cpu_n * (1.0 + blocked_n) + 0.5), 1.0, hi);
+    }
+
+    struct Shares {
+        double cpu = 0.0;
+        double rq = 0.0;
+    };
     static constexpr double rate_tau_s = 0.5;
     Config cfg_;
     bool forecast_;
@@ -333,6 +410,8 @@ class AdaptiveController {
     double last_cpu_in_ = -1.0;
     double last_rq_in_ = -1.0;
     int cap_low_samples_ = 0;
+    std::array<Shares, 4> recent_{}; // the last fresh samples, raw (growth's pessimism)
+    std::size_t recent_seen_ = 0;
     int blind_rounds_ = 0;
     BurstForecaster fc_;
 };

@@ -24,6 +24,9 @@ struct ControllerInput {
     /// Worker threads alive, and those running a task now.
     std::uint32_t live_workers = 0;
     std::uint32_t busy_workers = 0;
+    /// Most workers running a task at any tick since the previous round (at least
+    /// busy_workers): a burst shorter than a round shows here what it kept busy.
+    std::uint32_t peak_busy_workers = 0;
     /// Share of all cores the process used recently (0..1): the oversubscription signal.
     double cpu_utilization = 0.0;
     /// The queue is at its soft limit or refused work since the last tick: refusals, not queue

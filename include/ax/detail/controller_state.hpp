@@ -124,8 +124,11 @@ class ControllerStore {
     template <class Policy, class Sample>
     std::optional<ControllerDecision> step(std::int64_t now, ControllerInput& in, Policy& policy,
                                            const Config& cfg, Sample&& sample) {
+        peak_busy_ = std::max(peak_busy_, in.busy_workers);
         if (!round_due(now, in))
             return std::nullopt;
+        in.peak_busy_workers = peak_busy_;
+        peak_busy_ = 0;
         if (sample_due(now)) {
             SchedDelta d;
             if (sample(d))
@@ -156,8 +159,9 @@ class ControllerStore {
     double cpu_share_ = 0.0;      // tick thread
     double runqueue_share_ = 0.0; // tick thread
     std::uint32_t available_cores_ = available_cores();
-    std::uint64_t rounds_ = 0; // tick thread
-    int last_dir_ = 0;         // under mutex_
+    std::uint64_t rounds_ = 0;    // tick thread
+    std::uint32_t peak_busy_ = 0; // tick thread: most busy workers since the last round
+    int last_dir_ = 0;            // under mutex_
     std::mutex mutex_;
     ControllerStats stats_; // under mutex_
 };

@@ -80,12 +80,25 @@ struct SchedDelta {
 
 /// Folds one worker's new readings into `sum`, advancing its cursor. The first sample of a
 /// worker only primes its cursor. Negative deltas (a counter read while it moved) count as 0.
+///
+/// The kernel's counters also run while the worker is idle: waking up to find no work, or
+/// parking and unparking (200 idle workers woken at once wait in the runqueue for each other).
+/// Summed raw, a sample of idle workers shows a runqueue share near 1 and the controller would
+/// take bursty IO work for oversubscribed CPU work. So a worker's CPU and runqueue time count
+/// only up to its busy time in the period, scaled together (its own CPU : runqueue ratio kept):
+/// an idle worker adds nothing, a busy one its time in task bodies.
 inline void accumulate(SchedCursor& c, std::uint64_t cpu_ns, std::uint64_t wait_ns,
                        std::int64_t busy_ns, SchedDelta& sum) noexcept {
     if (c.primed) {
-        sum.cpu_ns += cpu_ns > c.cpu_ns ? cpu_ns - c.cpu_ns : 0;
-        sum.wait_ns += wait_ns > c.wait_ns ? wait_ns - c.wait_ns : 0;
-        sum.busy_ns += std::max<std::int64_t>(0, busy_ns - c.busy_ns);
+        const std::uint64_t cpu = cpu_ns > c.cpu_ns ? cpu_ns - c.cpu_ns : 0;
+        const std::uint64_t wait = wait_ns > c.wait_ns ? wait_ns - c.wait_ns : 0;
+        const std::int64_t busy = std::max<std::int64_t>(0, busy_ns - c.busy_ns);
+        const double scale = cpu + wait > static_cast<std::uint64_t>(busy)
+                                 ? static_cast<double>(busy) / static_cast<double>(cpu + wait)
+                                 : 1.0;
+        sum.cpu_ns += static_cast<std::uint64_t>(static_cast<double>(cpu) * scale);
+        sum.wait_ns += static_cast<std::uint64_t>(static_cast<double>(wait) * scale);
+        sum.busy_ns += busy;
     }
     c = SchedCursor{cpu_ns, wait_ns, busy_ns, true};
 }
