@@ -677,18 +677,19 @@ template <class Controller> void run_ax(Shared& sh, Result& r, const ax::Config&
     if (trace != nullptr)
         std::fprintf(trace,
                      "# %s %s: t_s target reason live busy queue cpu_share rq_share "
-                     "rounds direction_changes\n",
+                     "idle_cores cpu_utilization rounds direction_changes\n",
                      sh.spec.name.c_str(), r.strategy.c_str());
     const auto trace_t0 = Clock::now();
     auto probe = [&] {
         const auto m = sched.metrics();
         if (trace != nullptr) {
             const auto& c = m.controller;
-            std::fprintf(trace, "%.3f %u %s %u %u %u %.3f %.3f %llu %llu\n",
+            std::fprintf(trace, "%.3f %u %s %u %u %u %.3f %.3f %.2f %.3f %llu %llu\n",
                          std::chrono::duration<double>(Clock::now() - trace_t0).count(), c.target,
                          ax::controller_reason_name(c.reason), c.inputs.live_workers,
                          c.inputs.busy_workers, m.queue_length_total, c.inputs.cpu_share,
-                         c.inputs.runqueue_share, static_cast<unsigned long long>(c.rounds),
+                         c.inputs.runqueue_share, c.inputs.idle_cores, c.inputs.cpu_utilization,
+                         static_cast<unsigned long long>(c.rounds),
                          static_cast<unsigned long long>(c.direction_changes));
         }
         return Probe{m.workers.current, m.queue_length_total};

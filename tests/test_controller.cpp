@@ -352,6 +352,98 @@ TEST_CASE("AdaptiveController caps CPU-bound work near the cores", "[controller]
     CHECK(io(in).target == 16);
 }
 
+TEST_CASE("AdaptiveController widens the CPU cap while cores idle beside queued work",
+          "[controller]") {
+    // Mixed work at its cap (cores x (cpu + blocked) / cpu x (1 + blocked) = 29 for 3 ms CPU in
+    // 23 ms): with the cores a quarter idle the cap widens, step by step, and stays widened
+    // when the idle time is gone (narrowing would bring it back).
+    ax::Config cfg;
+    auto mixed = [](std::uint32_t cur, double idle) {
+        auto in = input(120, cur, cur, 0.023);
+        in.cpu_share = 3.0 / 23.0;
+        in.runqueue_share = 0.0;
+        in.idle_cores = idle;
+        in.cpu_utilization = std::min(1.0, cur / 150.0); // each widening pays
+        return in;
+    };
+    ax::AdaptiveController c(cfg);
+    auto in = mixed(29, 0.5);
+    auto d = c(in);
+    CHECK(d.target > 29);
+    CHECK(d.target <= 44); // at most widen_step x per sample
+    std::uint32_t cur = d.target;
+    for (int i = 0; i < 16; ++i) {
+        in = mixed(cur, 0.5);
+        in.cpu_share += 1e-4 * (i + 1); // a fresh sample each round
+        cur = c(in).target;
+    }
+    CHECK(cur >= 100);
+    const std::uint32_t widened = cur;
+    for (int i = 0; i < 6; ++i) {
+        in = mixed(cur, 0.0);
+        in.cpu_share += 1e-4 * (i + 20);
+        cur = c(in).target;
+    }
+    CHECK(cur == widened);
+
+    // The same shares without idle cores (a crowded machine), or with the idle time unknown
+    // (not Linux): the cap holds.
+    for (const double idle : {0.0, 0.05, -1.0}) {
+        ax::AdaptiveController held(cfg);
+        std::uint32_t t = 29;
+        for (int i = 0; i < 6; ++i) {
+            in = mixed(t, idle);
+            in.cpu_share += 1e-4 * i;
+            t = held(in).target;
+        }
+        CHECK(t == 29);
+    }
+    // Spare time the workers cannot take (the process's CPU use does not rise): two widenings,
+    // each judged after the pool reached it, and no more.
+    {
+        ax::AdaptiveController flat(cfg);
+        std::uint32_t t = 29;
+        for (int i = 0; i < 16; ++i) {
+            in = mixed(t, 0.5);
+            in.cpu_share += 1e-4 * i;
+            in.cpu_utilization = 0.5;
+            t = flat(in).target;
+        }
+        CHECK(t > 29);
+        CHECK(t <= 66); // 29 x 1.5 x 1.5
+    }
+    // Idle cores and no queued work: nothing to widen for.
+    ax::AdaptiveController quiet(cfg);
+    in = mixed(29, 1.0);
+    in.queue_length = 0;
+    CHECK(quiet(in).target <= 29);
+}
+
+TEST_CASE("AdaptiveController drops the widening when the work turns CPU-bound", "[controller]") {
+    ax::Config cfg;
+    cfg.min_workers = 1;
+    ax::AdaptiveController c(cfg);
+    std::uint32_t cur = 29;
+    for (int i = 0; i < 16; ++i) {
+        auto in = input(120, cur, cur, 0.023);
+        in.cpu_share = 3.0 / 23.0 + 1e-4 * i;
+        in.idle_cores = 0.5;
+        in.cpu_utilization = std::min(1.0, cur / 150.0);
+        cur = c(in).target;
+    }
+    REQUIRE(cur > 60);
+    // CPU-bound from here: once the smoothed shares put the cap at the cores for three
+    // samples in a row the floor lapses, and two more samples confirm the shrink.
+    for (int i = 0; i < 10; ++i) {
+        auto in = input(120, cur, cur, 0.03);
+        in.cpu_share = 0.2 + 0.001 * i; // oversubscribed: short CPU shares, long waits
+        in.runqueue_share = 0.79 - 0.001 * i;
+        in.idle_cores = 0.0;
+        cur = c(in).target;
+    }
+    CHECK(cur <= 3);
+}
+
 TEST_CASE("AdaptiveController shrinks idle pools in damped steps, holding within the margin",
           "[controller]") {
     ax::Config cfg;

@@ -143,7 +143,8 @@ TEST_CASE("sim: mixed work (half CPU, half blocked) settles near a few workers p
     CHECK(r.makespan_s <= 1.5 * ideal);
     const double mid = ax_sim::mean_busy(r, 0.25 * r.makespan_s, 0.75 * r.makespan_s);
     CHECK(mid >= 3.0);
-    CHECK(mid <= 12.0);
+    // The cap (6 here) widens while the lockstep tasks leave cores idle (14 measured).
+    CHECK(mid <= 16.0);
     CHECK(r.direction_changes <= 4);
     CHECK(r.makespan_s <= 1.05 * best_fixed(s, a));
 }
@@ -294,6 +295,27 @@ TEST_CASE("sim: the bench's mixed workload at the default queue capacity settles
     const std::uint32_t settled = r.target_trace.at(r.target_trace.size() / 2);
     CHECK(settled >= 16);
     CHECK(settled <= 40);
+}
+
+TEST_CASE("sim: mixed work whose workers wake late widens its CPU cap and keeps up with the "
+          "best fixed pool",
+          "[controller][sim]") {
+    // The bench's mixed workload as the development VM ran it: each task waited ~27 ms for a
+    // core after its sleep while the cores idled (ControllerInput::idle_cores). The CPU cap
+    // alone (29) leaves them idle: fixed pools of 64 finish first.
+    Setup s = machine(2);
+    s.wake_latency_s = 27e-3;
+    const std::vector<Arrival> a = jittered(2000, Task{3e-3, 20e-3});
+    const Result r = adaptive(s, a);
+    REQUIRE(r.finished);
+    CHECK(r.makespan_s <= 1.05 * best_fixed(s, a));
+    const std::uint32_t settled = r.target_trace.at(r.target_trace.size() / 2);
+    CHECK(settled >= 40);
+    CHECK(r.direction_changes <= 4);
+    // No wake latency, no idle cores: the cap is not widened and the pool stays near it.
+    const Result plain = adaptive(machine(2), a);
+    REQUIRE(plain.finished);
+    CHECK(plain.target_trace.at(plain.target_trace.size() / 2) <= 40);
 }
 
 TEST_CASE("sim: the bench's cpu workload at the default config runs cores busy workers",

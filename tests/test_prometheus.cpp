@@ -380,6 +380,7 @@ TEST_CASE("Prometheus histograms, oldest ages and the controller from a hand-mad
     m.controller.inputs.cpu_share = 0.75;
     m.controller.inputs.runqueue_share = 0.125;
     m.controller.inputs.cores = 2;
+    m.controller.inputs.idle_cores = 0.375;
     const std::string text = ax::to_prometheus(m);
     INFO(text);
     const Exposition e = check_syntax(text);
@@ -427,6 +428,7 @@ TEST_CASE("Prometheus histograms, oldest ages and the controller from a hand-mad
     CHECK(v.at("ax_controller_cpu_share_ratio{}") == "0.75");
     CHECK(v.at("ax_controller_runqueue_share_ratio{}") == "0.125");
     CHECK(v.at("ax_controller_cores{}") == "2");
+    CHECK(v.at("ax_controller_idle_cores{}") == "0.375");
 
     // The scheduler label reaches the histogram series too.
     const std::string labelled = ax::to_prometheus(m, {.prefix = "ax", .scheduler = "a"});

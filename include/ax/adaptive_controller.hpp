@@ -219,6 +219,25 @@ class AdaptiveController {
     /// The CPU cap lowers the target only when it is at most this share of it (default 0.8):
     /// the deadband that keeps a cap measured near the target from moving it.
     static constexpr double cap_shrink_margin = 0.8;
+    /// Idle cores (ControllerInput::idle_cores) above this share of the cores, while work is
+    /// queued and the work is not CPU-bound (its cap above cores + 1), widen the CPU cap
+    /// (default 0.03). The cap assumes the workers' CPU phases spread evenly; on mixed work
+    /// they bunch up and wake late, so at the cap the cores idled 22 - 37 % of the time while a
+    /// fixed pool of 128 kept them 98 % busy (ax_thumbnails --workload mixed, 20 ms sleep + 3 ms
+    /// CPU per task). Idle cores are the signal no runqueue share gives: each worker waited for
+    /// a CPU, yet cores stood idle. Raising it leaves more idle time on such work; lowering it
+    /// lets the reading's noise (/proc/stat ticks at 100 Hz) grow pools that gain nothing.
+    static constexpr double idle_widen_share = 0.03;
+    /// Largest widening of the cap per sample, as a factor of the pool size (default 1.5; the
+    /// widening is 1.1 + 2 x the idle share, up to this): from the cap to 5 x the cap in four
+    /// samples. Larger reaches a big pool sooner and overshoots further.
+    static constexpr double widen_step = 1.5;
+    /// Rise of the process's CPU use (share of all cores, ControllerInput::cpu_utilization)
+    /// each widening must bring once the pool reached it (mean over a sample period); two that
+    /// do not in a row stop the widening (default 0.02).
+    /// Higher stops sooner on work that gains slowly; lower follows spare time that more
+    /// workers cannot take (a background process's) further up.
+    static constexpr double widen_min_gain = 0.02;
 
     /// Keeps a copy of the limits it needs; `forecast` false leaves the BurstForecaster out (it
     /// still observes, but never sets a floor).
@@ -270,7 +289,59 @@ class AdaptiveController {
         // (un-normalised, a crowded pool measured a small blocked share, hence a small cap,
         // shrank, measured a large one and grew: the oscillation on mixed work).
         const double cores = std::max<std::uint32_t>(in.cores, 1);
-        const double cap = shares_known_ ? cap_of(cores, cpu_, rq) : hi;
+        const double raw_cap = shares_known_ ? cap_of(cores, cpu_, rq) : hi;
+        // Widened while the cores idle beside queued work (idle_widen_share): the pool size
+        // that still left cores idle becomes a floor under the cap, raised by up to widen_step
+        // per sample. The floor outlives the idle time it answered (narrowing again would bring
+        // the idle time back, and the pool would swing between the two) and the swings of a
+        // crowd's shares (a pool of 80 mixed-work workers in a convoy reads like oversubscribed
+        // CPU work: cap ~30, runqueue share 0.7); it lapses only when the work turns CPU-bound
+        // (three fresh samples in a row put the cap at the cores).
+        if (fresh && floor_ > 0.0)
+            cpu_bound_samples_ = raw_cap <= cores + 1.0 ? cpu_bound_samples_ + 1 : 0;
+        if (cpu_bound_samples_ >= 3) {
+            floor_ = 0.0;
+            cpu_bound_samples_ = 0;
+            widen_stalled_ = false;
+            raise_util_ = -1.0;
+            failed_raises_ = 0;
+        }
+        const bool idle_cores = in.idle_cores >= idle_widen_share * cores;
+        const bool queued = in.queue_length > 0 || in.saturated;
+        // Each raise must pay: once the pool has grown to the last floor and run a sample
+        // period there, the process's CPU use must have risen by widen_min_gain; after two
+        // raises in a row that did not, the raises stop (until the queue drains or the floor
+        // lapses). Spare time that more workers cannot
+        // take (a background process's share, a hypervisor's) then stops the widening instead
+        // of growing the pool to max_workers.
+        if (!queued) {
+            widen_stalled_ = false;
+            raise_util_ = -1.0;
+            failed_raises_ = 0;
+        }
+        // Judged on the mean CPU use over a sample period (one tick's reading swings by
+        // +-7 % on mixed work), and only two failed raises in a row stop it.
+        util_acc_ += std::clamp(in.cpu_utilization, 0.0, 1.0) * dt;
+        util_t_ += dt;
+        double period_util = -1.0;
+        if (fresh) {
+            period_util = util_t_ > 0.0 ? util_acc_ / util_t_ : -1.0;
+            util_acc_ = util_t_ = 0.0;
+        }
+        if (fresh && raise_util_ >= 0.0 && in.live_workers >= floor_ && ++since_raise_ >= 2) {
+            failed_raises_ = period_util < raise_util_ + widen_min_gain ? failed_raises_ + 1 : 0;
+            widen_stalled_ = failed_raises_ >= 2;
+            raise_util_ = -1.0;
+        }
+        if (fresh && idle_cores && queued && shares_known_ && raw_cap > cores + 1.0 &&
+            !widen_stalled_ && raise_util_ < 0.0 && period_util >= 0.0) {
+            floor_ = std::min(
+                hi, std::max(floor_, std::ceil(cur * std::min(widen_step,
+                                                              1.1 + 2.0 * in.idle_cores / cores))));
+            raise_util_ = period_util;
+            since_raise_ = 0;
+        }
+        const double cap = std::max(raw_cap, floor_);
         // Growth trusts the lowest cap and the highest runqueue share of the last few samples,
         // not their average. A worker waiting for a CPU has its wait credited by the kernel
         // only when it next runs, so on a machine crowded by other processes one sample shows
@@ -279,7 +350,8 @@ class AdaptiveController {
         double grow_cap = cap;
         double rq_recent = shares_known_ ? rq_ : 0.0;
         for (std::size_t i = recent_.size() - recent_seen_; i < recent_.size(); ++i) {
-            grow_cap = std::min(grow_cap, cap_of(cores, recent_[i].cpu, recent_[i].rq));
+            grow_cap =
+                std::min(grow_cap, std::max(floor_, cap_of(cores, recent_[i].cpu, recent_[i].rq)));
             rq_recent = std::max(rq_recent, recent_[i].rq);
         }
         // The cap lowers the target only after two fresh samples in a row put it clearly below
@@ -311,6 +383,12 @@ class AdaptiveController {
                 why = ControllerReason::backlog;
             if (in.saturated && in.busy_workers >= in.live_workers && in.live_workers >= cur)
                 need = std::max(need, 2.0 * cur); // refusals at a full queue hide the backlog
+            // Every worker busy and work still queued: not a pool to shrink. Little's Law on
+            // d_eff undercounts a crowd in a convoy (a large runqueue share makes d_eff small
+            // while the cores idle), and shrinking it swung mixed work 77 -> 63 -> 77 (measured);
+            // oversubscribed CPU work shrinks by the CPU cap instead.
+            if (in.queue_length > 0 && in.busy_workers >= std::min(in.live_workers, cur))
+                need = std::max(need, static_cast<double>(cur));
         }
         if (in.queue_length > 0)
             need = std::max(need, 1.0);
@@ -326,6 +404,11 @@ class AdaptiveController {
             want = cap;
             why = ControllerReason::cpu_bound;
         }
+        // Idle cores beside queued work temper the pessimism: one extreme sample (a crowd of
+        // workers all waking at once) must not hold the pool far below the cap while cores
+        // idle, so growth toward the cap goes on, widen_step x per round at most.
+        if (idle_cores && queued && shares_known_)
+            grow_cap = std::max(grow_cap, std::min(cap, widen_step * cur));
         if (want > cur && want > grow_cap) {
             want = std::max<double>(grow_cap, cur);
             why = ControllerReason::cpu_bound;
@@ -338,9 +421,9 @@ class AdaptiveController {
             // two samples agree.
             next = cap_confirmed ? cap : cur;
             why = ControllerReason::runqueue;
-        } else if (want > cur && (waits_for_cpu || recently_waited)) {
+        } else if (want > cur && (waits_for_cpu || recently_waited) && !(idle_cores && queued)) {
             // Grow no further while runqueue wait dominates (whoever causes it: more threads
-            // would only queue behind the others).
+            // would only queue behind the others) and no core idles.
             why = ControllerReason::runqueue;
         } else if (want > cur && !shares_known_ && in.busy_workers > 0 && ++blind_rounds_ < 2) {
             // Work started but nothing measured yet: this round's sample primes the workers'
@@ -410,6 +493,14 @@ class AdaptiveController {
     double last_cpu_in_ = -1.0;
     double last_rq_in_ = -1.0;
     int cap_low_samples_ = 0;
+    double floor_ = 0.0;         // the CPU cap's floor from idle cores (idle_widen_share)
+    int cpu_bound_samples_ = 0;  // fresh samples in a row with the cap at the cores
+    double raise_util_ = -1.0;   // cpu_utilization at the last raise still to be judged
+    int since_raise_ = 0;        // fresh samples since the pool reached that raise's floor
+    int failed_raises_ = 0;      // raises in a row that did not pay
+    bool widen_stalled_ = false; // two did not: no more until the queue drains
+    double util_acc_ = 0.0;      // cpu_utilization x seconds since the last fresh sample
+    double util_t_ = 0.0;
     std::array<Shares, 4> recent_{}; // the last fresh samples, raw (growth's pessimism)
     std::size_t recent_seen_ = 0;
     int blind_rounds_ = 0;

@@ -40,6 +40,12 @@ struct ControllerInput {
     /// once per round, never per task; zero when unknown.
     double cpu_share = 0.0;
     double runqueue_share = 0.0;
+    /// Cores of the whole machine left idle over the last sample, on average (0..cores), from
+    /// /proc/stat; negative when unknown (not Linux, a test clock, the first sample). Idle cores
+    /// while work is queued mean more workers would run more work, whatever the runqueue share
+    /// says (a crowd of mixed-work workers collides in its CPU phases and then sleeps together:
+    /// each one waited for a CPU, yet the cores sat idle a quarter of the time, measured).
+    double idle_cores = -1.0;
     /// Cores the process may run on.
     std::uint32_t cores = 1;
     /// Submits since start, refused ones included (a policy diffs it between rounds for an

@@ -445,6 +445,9 @@ inline void append_prometheus(std::string& out, const MetricsSnapshot& m,
              c.inputs.runqueue_share);
     w.single("controller_cores", gauge, "Cores the process may run on, as the controller saw.",
              c.inputs.cores);
+    w.single("controller_idle_cores", gauge,
+             "Spare cores of the machine over the controller's last sample (negative: unknown).",
+             c.inputs.idle_cores);
 
     if (m.groups.empty())
         return;

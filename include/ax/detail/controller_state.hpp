@@ -74,15 +74,17 @@ class ControllerStore {
     /// Records a sample's summed deltas as the shares rounds report until the next sample.
     void set_shares(std::int64_t now, const SchedDelta& d) noexcept {
         shares_from(d, cpu_share_, runqueue_share_);
+        idle_cores_ = d.idle_cores;
         last_sample_ns_ = now;
         measured_ = measured_ || cpu_share_ + runqueue_share_ > 0.0;
     }
 
-    /// Completes the round's input: the last shares, the cores and the time since the previous
-    /// round.
+    /// Completes the round's input: the last shares and idle cores, the cores and the time since
+    /// the previous round.
     void begin_round(std::int64_t now, ControllerInput& in) noexcept {
         in.cpu_share = cpu_share_;
         in.runqueue_share = runqueue_share_;
+        in.idle_cores = idle_cores_;
         in.cores = available_cores_;
         in.elapsed_s = rounds_ == 0 ? 0.0 : static_cast<double>(now - last_round_ns_) / 1e9;
         last_round_ns_ = now;
@@ -158,6 +160,7 @@ class ControllerStore {
     bool grew_ = false;           // tick thread
     double cpu_share_ = 0.0;      // tick thread
     double runqueue_share_ = 0.0; // tick thread
+    double idle_cores_ = -1.0;    // tick thread
     std::uint32_t available_cores_ = available_cores();
     std::uint64_t rounds_ = 0;    // tick thread
     std::uint32_t peak_busy_ = 0; // tick thread: most busy workers since the last round

@@ -279,6 +279,7 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
     std::vector<Overdue> overdue_;
     std::uint64_t last_rejected_ = 0;
     bool prescale_ = false; // the last round's reason was forecast
+    IdleSampler idle_;      // the machine's idle cores, read with the workers' samples
     std::uint64_t ticks_ = 0;
     const std::uint64_t watchdog_ticks_;
 

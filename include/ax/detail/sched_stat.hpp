@@ -7,9 +7,12 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <type_traits>
 
 /// Per-thread CPU and runqueue time from the kernel, and the shares of the workers' busy time the
@@ -76,6 +79,88 @@ struct SchedDelta {
     std::uint64_t cpu_ns = 0;
     std::uint64_t wait_ns = 0;
     std::int64_t busy_ns = 0;
+    /// Cores of the machine idle over the period, on average; negative when unknown
+    /// (ControllerInput::idle_cores).
+    double idle_cores = -1.0;
+};
+
+/// The machine's spare CPU time between two reads of /proc/stat's first line (all CPUs, in
+/// clock ticks): idle + iowait, plus the time of niced (background) processes when this process
+/// itself is not niced — a worker that wakes takes their core at once, so for the controller it
+/// is spare (a build running under `nice` beside the service left no idle time at all, and the
+/// pool stopped short). Steal counts as busy (a hypervisor's steal is no core the workers could
+/// use). One read is ~10 us here, once per sampling period (tick thread only). The counters tick
+/// at USER_HZ (100 per second per CPU), so a 100 ms period on 2 cores resolves it to 5 %.
+class IdleSampler {
+  public:
+    /// Average idle cores since the previous call; negative on the first call or when
+    /// /proc/stat cannot be read.
+    double sample() noexcept {
+        unsigned long long idle = 0;
+        unsigned long long total = 0;
+        if (!read(idle, total))
+            return -1.0;
+        const bool primed = primed_;
+        const unsigned long long di = idle >= idle_ ? idle - idle_ : 0;
+        const unsigned long long dt = total >= total_ ? total - total_ : 0;
+        idle_ = idle;
+        total_ = total;
+        primed_ = true;
+        if (!primed || dt == 0)
+            return -1.0;
+        return static_cast<double>(cpus_) * static_cast<double>(di) / static_cast<double>(dt);
+    }
+
+  private:
+    static bool read(unsigned long long& idle, unsigned long long& total) noexcept {
+        std::FILE* f = std::fopen("/proc/stat", "r");
+        if (f == nullptr)
+            return false;
+        unsigned long long v[8] = {};
+        const int n = std::fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1],
+                                  &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]);
+        std::fclose(f);
+        if (n < 4)
+            return false;
+        idle = v[3] + v[4] + (own_nice() <= 0 ? v[1] : 0);
+        total = 0;
+        for (const auto x : v)
+            total += x;
+        return true;
+    }
+
+    /// This process's nice value (field 19 of /proc/self/stat), read once; 0 when unknown.
+    static int own_nice() noexcept {
+        static const int nice = [] {
+            std::FILE* f = std::fopen("/proc/self/stat", "r");
+            if (f == nullptr)
+                return 0;
+            // pid (comm) state ...: comm may hold spaces and parentheses, so skip to the last ')'.
+            char buf[1024];
+            const std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+            std::fclose(f);
+            buf[n] = '\0';
+            const char* p = std::strrchr(buf, ')');
+            if (p == nullptr)
+                return 0;
+            int field = 2; // the ')' ends field 2
+            long value = 0;
+            for (++p; *p != '\0' && field < 19; ++p)
+                if (*p == ' ') {
+                    ++field;
+                    if (field == 19)
+                        value = std::strtol(p + 1, nullptr, 10);
+                }
+            return static_cast<int>(value);
+        }();
+        return nice;
+    }
+
+    // The aggregate line covers every online CPU, which hardware_concurrency() counts.
+    const unsigned cpus_ = std::max(1u, std::thread::hardware_concurrency());
+    unsigned long long idle_ = 0;
+    unsigned long long total_ = 0;
+    bool primed_ = false;
 };
 
 /// Folds one worker's new readings into `sum`, advancing its cursor. The first sample of a

@@ -124,6 +124,7 @@ void SchedulerCore<Clock, Controller>::sample_workers(std::int64_t now, SchedDel
         }
         accumulate(w.sched, cpu, wait, busy, sum);
     });
+    sum.idle_cores = idle_.sample();
 }
 
 template <SchedulerClock Clock, ControllerPolicy Controller>
