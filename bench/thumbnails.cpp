@@ -1426,7 +1426,7 @@ strategy, and prints a table per workload. Writes <out>/<workload>.md, .csv and 
 Targets (issue 12; reported as MET / MISSED, never asserted): ax total <= 1.05 x the best fixed
 pool (sleep: <= 1.05 x the physical floor measured in the run), ax thread-seconds < fixed128's,
 ax rejections = 0; cpu/cpu-heavy: ax busy workers <= cores + 1; large-queue: queue 32768 within
-10 % of queue 150; bursty-forecast: ax first-200 p99 wait <= 0.5 x ax-little's at <= 1.10 x its
+10 % of queue 150; bursty-forecast: ax first-200 p99 wait <= 0.5 x ax-noforecast's at <= 1.10 x its
 thread-seconds.
 )";
 
