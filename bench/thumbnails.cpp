@@ -1387,6 +1387,7 @@ struct Options {
     bool quick = false;
     double max_estimate_s = 30;
     std::uint32_t reps = 1;
+    std::uint32_t reps_cpu = 0; // --reps-cpu: cpu, cpu-heavy, mixed (0: as --reps)
     // child only
     std::string child;
     int result_fd = -1;
@@ -1419,6 +1420,8 @@ strategy, and prints a table per workload. Writes <out>/<workload>.md, .csv and 
                       fixed32 and fixed128, the seed's baselines, always run
   --reps N            run the strategies N times, in alternating rounds, and report each
                       one's median run (default 1; the other runs' range is noted)
+  --reps-cpu N        the same for cpu, cpu-heavy and mixed only (default: as --reps): their
+                      runs are short and swing most on a shared machine
   --out DIR           output folder (default bench-results)
   --quick             small and fast: 200 x 5 ms (and scaled-down other workloads)
   --help              this text
@@ -1485,6 +1488,11 @@ Options parse(int argc, char** argv) {
             if (n < 1 || n > 99 || n != std::floor(n))
                 throw std::invalid_argument("--reps: a whole number from 1 to 99");
             o.reps = static_cast<std::uint32_t>(n);
+        } else if (a == "--reps-cpu") {
+            const double n = num(next());
+            if (n < 1 || n > 99 || n != std::floor(n))
+                throw std::invalid_argument("--reps-cpu: a whole number from 1 to 99");
+            o.reps_cpu = static_cast<std::uint32_t>(n);
         } else if (a == "--max-estimate-s") {
             o.max_estimate_s = num(next());
         } else if (a == "--out") {
@@ -1662,12 +1670,17 @@ int parent_main(const Options& o, const std::string& self) {
         }
         // --reps N: N rounds over the strategies, alternating (a machine shared with other work
         // drifts: each strategy sees each phase of it); each row reports its median run.
+        // The CPU-bound workloads' runs are short (1 - 4 s) and swing most on a shared machine
+        // (a fixed pool of 2 took 2.75 .. 4.74 s in one run of three): --reps-cpu gives them
+        // more rounds at little cost.
+        const bool cpu_workload = w == "cpu" || w == "cpu-heavy" || w == "mixed";
+        const std::uint32_t n_reps = cpu_workload && o.reps_cpu > 0 ? o.reps_cpu : o.reps;
         std::vector<std::vector<Result>> reps(results.size());
-        for (std::uint32_t rep = 0; rep < o.reps; ++rep)
+        for (std::uint32_t rep = 0; rep < n_reps; ++rep)
             for (const std::size_t i : to_run) {
                 const std::string& strategy = results[i].strategy;
                 fmt::print(stderr, "[{}] {}: running{}...\n", w, strategy,
-                           o.reps > 1 ? fmt::format(" ({}/{})", rep + 1, o.reps) : "");
+                           n_reps > 1 ? fmt::format(" ({}/{})", rep + 1, n_reps) : "");
                 const auto a = Clock::now();
                 Result r = run_in_child(self, strategy, spec);
                 fmt::print(stderr, "[{}] {}: {} in {:.1f} s\n", w, strategy,
