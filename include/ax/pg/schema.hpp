@@ -474,5 +474,17 @@ WITH i AS (
     RETURNING id)
 SELECT array_agg(id) FROM i)SQL";
 
+/// The bulk enqueue (Client's COPY path): $1 how many IDs to take from the tasks' sequence, as
+/// one int8[] in the order taken (ascending).
+inline constexpr const char* reserve_ids_sql =
+    "SELECT array_agg(nextval('ax.tasks_id_seq')) FROM generate_series(1, $1::int4)";
+
+/// Then the rows, in binary COPY format; every other column takes its default (run_at and
+/// enqueued_at: now(); claimable at once). The statement trigger wakes idle nodes, as after an
+/// INSERT.
+inline constexpr const char* enqueue_copy_sql =
+    "COPY ax.tasks (id, kind, payload, priority, timeout_ms, max_attempts, tags) FROM STDIN "
+    "(FORMAT binary)";
+
 } // namespace detail
 } // namespace ax::pg
