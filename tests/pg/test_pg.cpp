@@ -424,6 +424,52 @@ TEST_CASE("the maintenance node vacuums the hot table once dead rows pile up; 0 
     run("ax_t_vacuum_not_owner", 2000, false);
 }
 
+TEST_CASE("maintenance prunes old history and summarizes the recent history's BRIN ranges, "
+          "skipping that behind a VACUUM's lock",
+          "[pg][history]") {
+    Db db("ax_t_history");
+    auto s = db.sql();
+    const auto add = [&](std::int64_t from, std::int64_t to, const char* finished) {
+        s.exec(("INSERT INTO ax.history (id, kind, priority, state, attempts, node_id, "
+                "enqueued_at, finished_at) SELECT i, 'k', 1, 1, 1, 1, now(), " +
+                std::string(finished) + " FROM generate_series(" + std::to_string(from) + ", " +
+                std::to_string(to) + ") i")
+                   .c_str());
+    };
+    add(1, 3000, "now() - interval '2 hours'");
+    add(3001, 63000, "now()");
+    // With the maintenance lock: the old rows go (one prune batch holds them all) and every new
+    // range is summarized, so nothing is left for a later summarize.
+    auto r = s.exec("SELECT got_lock, pruned FROM ax.maintain(3600000, 10000)");
+    CHECK(r.boolean(0, 0));
+    CHECK(r.int64(0, 1) == 3000);
+    CHECK(db.scalar("SELECT brin_summarize_new_values('ax.history_finished')") == 0);
+    CHECK(db.scalar("SELECT count(*) FROM ax.history") == 60000);
+
+    // A session holding the lock a VACUUM takes: maintenance does not wait for it, skips the
+    // summary (the ranges are still new afterwards) and still prunes.
+    add(63001, 123000, "now()");
+    add(123001, 124000, "now() - interval '2 hours'");
+    auto blocker = db.sql();
+    blocker.exec("BEGIN");
+    blocker.exec("LOCK TABLE ax.history IN SHARE UPDATE EXCLUSIVE MODE");
+    r = s.exec("SELECT got_lock, pruned FROM ax.maintain(3600000, 10000)");
+    CHECK(r.boolean(0, 0));
+    CHECK(r.int64(0, 1) == 1000);
+    blocker.exec("COMMIT");
+    CHECK(db.scalar("SELECT brin_summarize_new_values('ax.history_finished')") > 0);
+
+    // Without the maintenance lock (another node holds it) nothing is pruned or summarized.
+    add(124001, 125000, "now() - interval '2 hours'");
+    blocker.exec("BEGIN");
+    blocker.exec("SELECT pg_advisory_xact_lock(7887330361530609268)");
+    r = s.exec("SELECT got_lock, pruned FROM ax.maintain(3600000, 10000)");
+    CHECK(!r.boolean(0, 0));
+    CHECK(r.int64(0, 1) == 0);
+    blocker.exec("COMMIT");
+    CHECK(db.scalar("SELECT count(*) FROM ax.history") == 60000 + 60000 + 1000);
+}
+
 TEST_CASE("a PostgreSQL restart while nodes run: they reconnect and nothing is lost",
           "[pg][restart]") {
     const char* ctl = std::getenv("AX_PG_CTL");

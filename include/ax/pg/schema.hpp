@@ -22,7 +22,7 @@ namespace ax::pg {
 
 /// The schema version this library writes and understands. A database at a newer version is
 /// refused with a clear error; an older one is brought up to date by migrate().
-inline constexpr int schema_version = 2;
+inline constexpr int schema_version = 3;
 
 /// Codes of ax.history.state.
 enum class HistoryState : std::int16_t { succeeded = 1, cancelled = 2, discarded = 3 };
@@ -377,6 +377,42 @@ BEGIN
             WHERE d.datname = current_database()) THEN
         dead_rows := pg_stat_get_dead_tuples('ax.tasks'::regclass);
     END IF;
+END $$;
+)SQL",
+    // ---------------------------------------------------------------- version 3
+    // The history prune finds old rows through the BRIN index on finished_at, but a BRIN index
+    // knows nothing of the pages filled since it was last summarized (VACUUM summarizes; at
+    // tens of thousands of tasks a second that is millions of rows), and a scan must read every
+    // one of those pages: 0.3 s per maintenance pass with a million recent rows. Summarizing
+    // the new ranges first makes each page read once, when it is summarized, instead of at
+    // every pass.
+    R"SQL(
+-- Summarizes the history's new BRIN ranges when this role may (it must own the index), never
+-- waiting behind a VACUUM of the table (it then skips this pass).
+CREATE FUNCTION ax.summarize_history() RETURNS void LANGUAGE plpgsql SET lock_timeout = '20ms' AS $$
+BEGIN
+    IF (SELECT pg_has_role(c.relowner, 'USAGE') FROM pg_class c
+         WHERE c.oid = 'ax.history_finished'::regclass) THEN
+        PERFORM brin_summarize_new_values('ax.history_finished'::regclass);
+    END IF;
+EXCEPTION WHEN lock_not_available THEN
+    NULL;
+END $$;
+ALTER FUNCTION ax.maintain(bigint, integer) RENAME TO maintain_v2;
+-- ax.maintain as in version 2, with the history's BRIN ranges summarized first by the node
+-- holding the maintenance lock (an advisory transaction lock taken twice is held once).
+CREATE FUNCTION ax.maintain(p_history_ms bigint, p_prune_limit integer,
+    OUT got_lock boolean, OUT reclaimed_batches bigint[], OUT reclaimed_nodes text[],
+    OUT requeued integer, OUT dead integer, OUT pruned integer, OUT next_expiry_ms bigint,
+    OUT dead_rows bigint)
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF pg_try_advisory_xact_lock(7887330361530609268) THEN
+        PERFORM ax.summarize_history();
+    END IF;
+    SELECT * INTO got_lock, reclaimed_batches, reclaimed_nodes, requeued, dead, pruned,
+                  next_expiry_ms, dead_rows
+      FROM ax.maintain_v2(p_history_ms, p_prune_limit);
 END $$;
 )SQL",
 };
