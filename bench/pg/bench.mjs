@@ -290,15 +290,18 @@ async function counters() {
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 // Where the server's time went since the last reset: the bench role's statements by total time.
-async function topStatements() {
+// The statements of the node role (bench) and, in steady state, of the producer
+// (bench_producer), by execution time.
+async function topStatements(roles = ["bench"]) {
     return (
         await q(
             `select calls::bigint as calls, total_exec_time as ms, rows::bigint as rows, mean_exec_time as mean_ms, max_exec_time as max_ms,
-                    left(regexp_replace(query, '\\s+', ' ', 'g'), 120) as query
-               from pg_stat_statements where userid = 'bench'::regrole
-              order by total_exec_time desc limit 8`,
+                    left(regexp_replace(query, '\\s+', ' ', 'g'), 120) as query, userid::regrole::text as role
+               from pg_stat_statements where userid = any($1::regrole[]::oid[])
+              order by total_exec_time desc limit 10`,
+            [roles],
         )
-    ).map((r) => ({ calls: Number(r.calls), ms: Number(r.ms), rows: Number(r.rows), mean_ms: Number(r.mean_ms), max_ms: Number(r.max_ms), query: r.query }));
+    ).map((r) => ({ calls: Number(r.calls), ms: Number(r.ms), rows: Number(r.rows), mean_ms: Number(r.mean_ms), max_ms: Number(r.max_ms), query: r.query, role: r.role }));
 }
 
 async function infoOf(v) {
@@ -445,6 +448,7 @@ async function steady(v, nodes) {
     await p.wait("ready", 60000);
     p.send("go");
     while (p.samples.length < 2) await p.wait("s").then(() => sleep(20));
+    await q("select pg_stat_statements_reset()");
     const h = await startNodes(v, nodes, p);
     const s0 = Math.max(0, p.samples.length - 1);
     const tStart = Date.now();
@@ -454,6 +458,7 @@ async function steady(v, nodes) {
     }
     const done = h.done();
     const r = await h.finish(done);
+    r.top_statements = await topStatements(["bench", "bench_producer"]);
     const ps = await p.stop();
     const samples = p.samples.slice(s0).map((s) => ({ t: s.t_ms / 1000, backlog: s.backlog }));
     const t00 = samples.length ? samples[0].t : 0;

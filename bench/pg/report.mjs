@@ -180,16 +180,18 @@ export function report(meta, results) {
         out.push("");
     }
 
-    const prof = bd.filter((r) => r.nodes === Math.min(...cfg.nodes) && r.top_statements && r.top_statements.length);
-    if (prof.length) {
-        out.push(`## Where the server's time goes (burn-down, ${Math.min(...cfg.nodes)} node; \`pg_stat_statements\`, bench role)`);
+    // Where the server's time goes: one table of statements and one of CPU by process, for the
+    // 1-node burn-down and for steady state (there with the producer's statements too).
+    const profile = (prof, title, roles) => {
+        if (!prof.length) return;
+        out.push(`## Where the server's time goes (${title}; \`pg_stat_statements\`, ${roles})`);
         out.push("");
         out.push("| side | statement | calls | rows | exec ms | exec µs/task | mean / max ms per call |");
         out.push("| --- | --- | ---: | ---: | ---: | ---: | ---: |");
         for (const r of prof.sort(order))
-            for (const t of r.top_statements.slice(0, 5))
+            for (const t of r.top_statements.slice(0, r.workload === "steady" ? 7 : 5))
                 out.push(
-                    `| ${name(r.variant)}${r.variant.startsWith("ax-") ? ` (${conf(r.variant)})` : ""} | \`${t.query.replace(/\|/g, "\\|").slice(0, 90)}\` | ${int(t.calls)} | ${int(t.rows)} | ${f(t.ms, 0)} | ${f((t.ms * 1000) / r.tasks, 1)} | ${f(t.mean_ms, 2)} / ${f(t.max_ms, 1)} |`,
+                    `| ${name(r.variant)}${r.variant.startsWith("ax-") ? ` (${conf(r.variant)})` : ""}${t.role === "bench_producer" ? " producer" : ""} | \`${t.query.replace(/\|/g, "\\|").slice(0, 90)}\` | ${int(t.calls)} | ${int(t.rows)} | ${f(t.ms, 0)} | ${f((t.ms * 1000) / r.tasks, 1)} | ${f(t.mean_ms, 2)} / ${f(t.max_ms, 1)} |`,
                 );
         out.push("");
         out.push("PostgreSQL CPU per task by process (µs; a backend that exited lands in \"exited\"):");
@@ -211,7 +213,10 @@ export function report(meta, results) {
         out.push("");
         out.push("Execution time is wall time inside the server (it includes waiting for locks and, for COMMIT, for the WAL flush), not CPU.");
         out.push("");
-    }
+    };
+    const hasStmts = (r) => r.top_statements && r.top_statements.length;
+    profile(bd.filter((r) => r.nodes === Math.min(...cfg.nodes) && hasStmts(r)), `burn-down, ${Math.min(...cfg.nodes)} node`, "bench role");
+    profile(st.filter(hasStmts), "steady state", "the nodes' bench role and the producer's bench_producer role; µs per task consumed");
 
     out.push("## Targets");
     out.push("");

@@ -424,6 +424,52 @@ TEST_CASE("the maintenance node vacuums the hot table once dead rows pile up; 0 
     run("ax_t_vacuum_not_owner", 2000, false);
 }
 
+TEST_CASE("maintenance prunes old history and summarizes the recent history's BRIN ranges, "
+          "skipping that behind a VACUUM's lock",
+          "[pg][history]") {
+    Db db("ax_t_history");
+    auto s = db.sql();
+    const auto add = [&](std::int64_t from, std::int64_t to, const char* finished) {
+        s.exec(("INSERT INTO ax.history (id, kind, priority, state, attempts, node_id, "
+                "enqueued_at, finished_at) SELECT i, 'k', 1, 1, 1, 1, now(), " +
+                std::string(finished) + " FROM generate_series(" + std::to_string(from) + ", " +
+                std::to_string(to) + ") i")
+                   .c_str());
+    };
+    add(1, 3000, "now() - interval '2 hours'");
+    add(3001, 63000, "now()");
+    // With the maintenance lock: the old rows go (one prune batch holds them all) and every new
+    // range is summarized, so nothing is left for a later summarize.
+    auto r = s.exec("SELECT got_lock, pruned FROM ax.maintain(3600000, 10000)");
+    CHECK(r.boolean(0, 0));
+    CHECK(r.int64(0, 1) == 3000);
+    CHECK(db.scalar("SELECT brin_summarize_new_values('ax.history_finished')") == 0);
+    CHECK(db.scalar("SELECT count(*) FROM ax.history") == 60000);
+
+    // A session holding the lock a VACUUM takes: maintenance does not wait for it, skips the
+    // summary (the ranges are still new afterwards) and still prunes.
+    add(63001, 123000, "now()");
+    add(123001, 124000, "now() - interval '2 hours'");
+    auto blocker = db.sql();
+    blocker.exec("BEGIN");
+    blocker.exec("LOCK TABLE ax.history IN SHARE UPDATE EXCLUSIVE MODE");
+    r = s.exec("SELECT got_lock, pruned FROM ax.maintain(3600000, 10000)");
+    CHECK(r.boolean(0, 0));
+    CHECK(r.int64(0, 1) == 1000);
+    blocker.exec("COMMIT");
+    CHECK(db.scalar("SELECT brin_summarize_new_values('ax.history_finished')") > 0);
+
+    // Without the maintenance lock (another node holds it) nothing is pruned or summarized.
+    add(124001, 125000, "now() - interval '2 hours'");
+    blocker.exec("BEGIN");
+    blocker.exec("SELECT pg_advisory_xact_lock(7887330361530609268)");
+    r = s.exec("SELECT got_lock, pruned FROM ax.maintain(3600000, 10000)");
+    CHECK(!r.boolean(0, 0));
+    CHECK(r.int64(0, 1) == 0);
+    blocker.exec("COMMIT");
+    CHECK(db.scalar("SELECT count(*) FROM ax.history") == 60000 + 60000 + 1000);
+}
+
 TEST_CASE("a PostgreSQL restart while nodes run: they reconnect and nothing is lost",
           "[pg][restart]") {
     const char* ctl = std::getenv("AX_PG_CTL");
@@ -675,6 +721,121 @@ TEST_CASE("bulk enqueue: IDs in input order, every field stored, all or nothing;
     CHECK(c.counts().live() == live + 1 + 3 + 3 + 3);
     // A duplicate ID can never be handed out: every ID above is distinct and live.
     CHECK(db.scalar("SELECT count(DISTINCT id) FROM ax.tasks") == c.counts().live());
+}
+
+TEST_CASE("bulk enqueue by COPY: every field stored, IDs in input order, all or nothing; a node "
+          "wakes and runs each task once",
+          "[pg][enqueue]") {
+    Db db("ax_t_enqueue_copy");
+    // No key and no delay in the call, at least copy_min_tasks tasks: the COPY path. Payloads
+    // hold every byte value, tags every shape the binary text[] encoding has (none, one, many).
+    pg::Client c(db.conninfo, {.copy_min_tasks = 100});
+    const std::size_t n = 3000;
+    std::vector<std::string> payloads(n);
+    std::vector<pg::NewTask> ts(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        for (std::size_t k = 0; k < i % 300; ++k)
+            payloads[i].push_back(static_cast<char>((i + k) & 0xff));
+        ts[i] = {.kind = i % 2 == 0 ? "even" : "odd",
+                 .payload = payloads[i],
+                 .priority = static_cast<ax::Priority>(i % 3),
+                 .timeout = std::chrono::milliseconds(i % 7),
+                 .max_attempts = 1 + static_cast<int>(i % 5)};
+        if (i % 4 == 1)
+            ts[i].tags = {"gpu"};
+        else if (i % 4 == 2)
+            ts[i].tags = {"gpu", i % 3 == 0 ? "x" : "y", "zz"};
+    }
+    const auto ids = c.enqueue_many(ts);
+    REQUIRE(ids.size() == n);
+    for (std::size_t i = 0; i < n; ++i) {
+        CHECK(!ids[i].existed);
+        if (i > 0)
+            REQUIRE(ids[i].id > ids[i - 1].id);
+    }
+    {
+        auto s = db.sql();
+        auto r = s.exec("SELECT id, kind, encode(payload, 'hex'), priority, timeout_ms, "
+                        "max_attempts, run_at <= now() AND enqueued_at <= now(), "
+                        "array_to_string(tags, ','), node_id IS NULL, attempts, idem_key IS NULL, "
+                        "cancel_requested, cardinality(errors) FROM ax.tasks ORDER BY id");
+        REQUIRE(r.rows() == static_cast<int>(n));
+        std::size_t wrong = 0;
+        static constexpr char hex[] = "0123456789abcdef";
+        for (std::size_t i = 0; i < n; ++i) {
+            const int row = static_cast<int>(i);
+            std::string want_hex;
+            for (const char ch : payloads[i]) {
+                want_hex.push_back(hex[(static_cast<unsigned char>(ch) >> 4) & 0xf]);
+                want_hex.push_back(hex[static_cast<unsigned char>(ch) & 0xf]);
+            }
+            const std::string tags = i % 4 == 1 ? std::string("gpu")
+                                     : i % 4 == 2
+                                         ? std::string("gpu,") + (i % 3 == 0 ? "x" : "y") + ",zz"
+                                         : std::string();
+            const bool ok =
+                r.int64(row, 0) == ids[i].id && r.text(row, 1) == (i % 2 == 0 ? "even" : "odd") &&
+                r.text(row, 2) == want_hex && r.int64(row, 3) == static_cast<int>(i % 3) &&
+                r.int64(row, 4) == static_cast<int>(i % 7) &&
+                r.int64(row, 5) == 1 + static_cast<int>(i % 5) && r.boolean(row, 6) &&
+                r.text(row, 7) == tags && r.boolean(row, 8) && r.int64(row, 9) == 0 &&
+                r.boolean(row, 10) && !r.boolean(row, 11) && r.int64(row, 12) == 0;
+            wrong += ok ? 0 : 1;
+        }
+        CHECK(wrong == 0);
+    }
+    const auto pending = [&] {
+        const auto k = c.counts();
+        return k.pending[0] + k.pending[1] + k.pending[2];
+    };
+    CHECK(pending() == static_cast<std::int64_t>(n));
+
+    // All or nothing: one row the server refuses (a kind that is not UTF-8) fails the COPY.
+    auto poisoned = tasks_of("good", 500);
+    poisoned[321].kind = "bad\xff";
+    CHECK_THROWS_AS(c.enqueue_many(poisoned), pg::Error);
+    CHECK(c.counts().live() == static_cast<std::int64_t>(n));
+    // The connection is usable after the failed COPY, and small calls (the INSERT) and large
+    // ones (the COPY) take increasing IDs, never one twice.
+    const auto small = c.enqueue_many(tasks_of("even", 3));
+    const auto big = c.enqueue_many(tasks_of("even", 200));
+    CHECK(small.front().id > ids.back().id);
+    CHECK(big.front().id > small.back().id);
+    CHECK(db.scalar("SELECT count(DISTINCT id) FROM ax.tasks") == c.counts().live());
+    CHECK(c.counts().live() == static_cast<std::int64_t>(n + 203));
+
+    // A node runs every task exactly once, including one enqueued by COPY while it runs
+    // (copy_min_tasks = 1 sends even a single task that way).
+    std::mutex m;
+    std::set<std::int64_t> seen;
+    std::atomic<int> dups{0};
+    auto o = quick_node(db, "copy");
+    o.tags = {"gpu", "x", "y", "zz"};
+    pg::Node node(o);
+    const auto count_run = [&](pg::Job& j) {
+        std::lock_guard lock(m);
+        if (!seen.insert(j.id()).second)
+            dups.fetch_add(1);
+    };
+    node.handle("even", count_run);
+    node.handle("odd", count_run);
+    node.handle("one", count_run);
+    node.start();
+    REQUIRE(wait_until([&] { return c.counts().live() == 0; }, 120s));
+    pg::Client one(db.conninfo, {.copy_min_tasks = 1});
+    const auto single = one.enqueue_many(tasks_of("one", 1));
+    REQUIRE(single.size() == 1);
+    REQUIRE(wait_until(
+        [&] {
+            std::lock_guard lock(m);
+            return seen.count(single[0].id) == 1;
+        },
+        120s));
+    node.stop();
+    CHECK(dups.load() == 0);
+    CHECK(seen.size() == n + 203 + 1);
+    CHECK(db.scalar("SELECT count(*) FROM ax.history WHERE state = 1") ==
+          static_cast<std::int64_t>(n + 203 + 1));
 }
 
 TEST_CASE("cross-node cancel: the running task's process sees its stop token", "[pg][cancel]") {

@@ -6,6 +6,7 @@
 
 #include "schema.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -304,6 +305,28 @@ class Connection {
         return check(
             Result(PQexecParams(c_, sql, n, nullptr, values, lengths, formats, result_format)),
             sql);
+    }
+
+    /// Runs `sql` (a COPY ... FROM STDIN) and streams `data` to it as the copy data; returns the
+    /// COPY's result, or throws as exec() does. The COPY is one statement: all rows or none.
+    Result copy_in(const char* sql, std::string_view data) {
+        Result start(PQexec(c_, sql));
+        if (start.get() == nullptr || start.status() != PGRES_COPY_IN)
+            return check(std::move(start), sql);
+        // libpq queues what the socket does not take at once; 1 MiB pieces keep that bounded.
+        constexpr std::size_t piece = std::size_t{1} << 20;
+        for (std::size_t at = 0; at < data.size(); at += piece) {
+            const std::size_t len = std::min(piece, data.size() - at);
+            if (PQputCopyData(c_, data.data() + at, static_cast<int>(len)) != 1)
+                throw ConnectionError("ax::pg: copy failed: " + error_message());
+        }
+        if (PQputCopyEnd(c_, nullptr) != 1)
+            throw ConnectionError("ax::pg: copy failed: " + error_message());
+        // The COPY's own result, then the end of results (a null).
+        Result r(PQgetResult(c_));
+        for (Result more(PQgetResult(c_)); more.get() != nullptr; more = Result(PQgetResult(c_)))
+            r = std::move(more);
+        return check(std::move(r), sql);
     }
 
     /// Throws for a failed result; passes a good one through.

@@ -258,6 +258,16 @@ class Node {
         detail::BinaryArray fail_perm{detail::BinaryArray::bool_oid};
         detail::BinaryArray fail_delay{detail::BinaryArray::int8_oid};
         detail::BinaryArray release_ids{detail::BinaryArray::int8_oid};
+
+        /// Forgets the results this flight carried (their arrays keep their capacity).
+        void clear_results() {
+            ack_ids.clear();
+            fail_ids.clear();
+            fail_errors.clear();
+            fail_perm.clear();
+            fail_delay.clear();
+            release_ids.clear();
+        }
     };
 
     static std::uint64_t word(std::uint64_t gen, Phase p) noexcept { return gen << 8 | p; }

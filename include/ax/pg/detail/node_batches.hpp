@@ -64,12 +64,7 @@ inline void Node::acks_confirmed(Flight& f) {
         if (b.in_use && b.stale && b.confirmed == b.size)
             release_batch(bi);
     }
-    f.ack_ids.clear();
-    f.fail_ids.clear();
-    f.fail_errors.clear();
-    f.fail_perm.clear();
-    f.fail_delay.clear();
-    f.release_ids.clear();
+    f.clear_results();
 }
 
 inline void Node::release_batch(std::uint32_t bi) {

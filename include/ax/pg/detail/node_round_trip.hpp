@@ -243,12 +243,7 @@ inline void Node::drop_links() noexcept {
             close_batches_.push_back(bi);
         f.acked_slots.clear();
         f.close_batches.clear();
-        f.ack_ids.clear();
-        f.fail_ids.clear();
-        f.fail_errors.clear();
-        f.fail_perm.clear();
-        f.fail_delay.clear();
-        f.release_ids.clear();
+        f.clear_results();
         f.steps.clear();
         f.busy = false;
         f.claim = false;
