@@ -22,8 +22,10 @@ packages=(
     "$@"
 )
 
+# No pipe: with pipefail, `dpkg -s | grep -q` failed whenever grep quit before dpkg finished
+# writing (SIGPIPE), and an installed package read as missing now and then.
 is_installed() {
-    dpkg -s "$1" 2>/dev/null | grep -q '^Status: install ok installed'
+    [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" = "install ok installed" ]
 }
 
 missing=()

@@ -288,6 +288,9 @@ async function produce() {
     let sumBacklog = 0;
     let samples = 0;
     let stopped = false;
+    let lastTick = t0;
+    let lastBacklog = 0;
+    let lastWant = 0;
     waitFor("stop").then(() => (stopped = true));
     while (!stopped) {
         const tickStart = Date.now();
@@ -295,7 +298,15 @@ async function produce() {
         sumBacklog += backlog;
         samples++;
         send({ ev: "s", t_ms: tickStart - t0, backlog, enq, q: probe.queries });
-        const want = Math.min(target - backlog, total - enq);
+        // Target plus what the nodes will consume before the next count (ax_bench.cpp: the same
+        // rule for every side).
+        const dt = (tickStart - lastTick) / 1000;
+        const consumed = lastBacklog + lastWant - backlog;
+        const ahead = samples > 1 && dt > 0 ? Math.max(0, Math.min(target, Math.floor((consumed / dt) * (tickMs / 1000)))) : 0;
+        lastTick = tickStart;
+        lastBacklog = backlog;
+        const want = Math.min(target + ahead - backlog, total - enq);
+        lastWant = Math.max(0, want);
         if (want > 0) {
             const specs = new Array(want);
             for (let i = 0; i < want; i++)
