@@ -786,8 +786,8 @@ void BM_Queue_DoubleBuffer(benchmark::State& state) {
     std::uint64_t taken = 0;
     for (auto _ : state) {
         for (int i = 0; i < queue_batch; ++i) {
-            const auto a = q.try_push(base + static_cast<std::uint32_t>(i), ax::Priority::normal,
-                                      len);
+            const auto a =
+                q.try_push(base + static_cast<std::uint32_t>(i), ax::Priority::normal, len);
             benchmark::DoNotOptimize(a);
         }
         if (q.swap(out, lanes)) {

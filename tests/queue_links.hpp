@@ -3,7 +3,6 @@
 #pragma once
 
 #include <ax/queue.hpp>
-
 #include <cstdint>
 #include <vector>
 

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <mutex>
 #include <random>
+#include <stop_token>
 #include <thread>
 #include <vector>
 
@@ -310,4 +311,55 @@ TEST_CASE("one-priority and mixed swaps dispatch in the same order as before", "
     for (auto& h : hs)
         h.wait();
     CHECK(order == std::vector<int>{20, 21, 22, 10, 11, 12});
+}
+
+TEST_CASE("the stop state kept in the record's extras is fresh for the slot's next task",
+          "[hot_path]") {
+    // history_capacity 0 recycles a finished slot at once and the free list is LIFO, so the
+    // second task below reuses the first one's record (and its extras).
+    ax::Config cfg = fixed(1);
+    cfg.history_capacity = 0;
+    ax::Scheduler sched{cfg};
+    std::atomic<bool> asked{false}, saw_stop{false};
+    ax::TaskId first_id;
+    {
+        auto first = sched.submit([&](ax::TaskContext& ctx) {
+            const std::stop_token token = ctx.stop_token();
+            asked.store(true);
+            while (!token.stop_requested())
+                std::this_thread::sleep_for(100us);
+            saw_stop.store(true);
+        });
+        REQUIRE(first);
+        first_id = first->id();
+        REQUIRE(eventually([&] { return asked.load(); }));
+        CHECK(sched.cancel(first_id)); // running: requests stop on the token handed out
+        REQUIRE_THROWS_AS(first->get(), ax::TaskCancelled);
+        CHECK(saw_stop.load());
+    } // the handle's reference goes; the worker's idle flush recycles the slot
+    REQUIRE(eventually([&] { return !sched.query(first_id).has_value(); }));
+
+    std::atomic<int> stopped{-1};
+    auto second = sched.submit(
+        [&](ax::TaskContext& ctx) { stopped.store(ctx.stop_token().stop_requested() ? 1 : 0); });
+    REQUIRE(second);
+    second->get();
+    CHECK(second->id().index() == first_id.index());
+    CHECK(stopped.load() == 0);
+    // And a token asked before a cancel still sees that cancel (the stop bits are checked when
+    // the state is made).
+    Gate gate;
+    std::atomic<bool> third_stop{false};
+    std::atomic<bool> running{false};
+    auto third = sched.submit([&](ax::TaskContext& ctx) {
+        running.store(true);
+        gate.wait();
+        third_stop.store(ctx.stop_token().stop_requested());
+    });
+    REQUIRE(third);
+    REQUIRE(eventually([&] { return running.load(); }));
+    CHECK(sched.cancel(third->id()));
+    gate.open();
+    REQUIRE_THROWS_AS(third->get(), ax::TaskCancelled);
+    CHECK(third_stop.load());
 }

@@ -1,7 +1,7 @@
 // Unit tests for ax/queue.hpp: detail::DoubleBufferQueue admission, counters, swap.
-#include <atomic>
 #include "queue_links.hpp"
 
+#include <atomic>
 #include <ax/queue.hpp>
 #include <catch2/catch.hpp>
 #include <chrono>

@@ -99,7 +99,8 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
     /// no thread starts before start().
     SchedulerCore(const Config& cfg, Hooks hooks)
         : cfg_((cfg.validate(), cfg)), slab_(std::make_shared<TaskSlab>()),
-          telemetry_(cfg, now_ns()), queue_(SlabLinks{slab_.get()}, cfg.queue_capacity, soft_limit(cfg)),
+          telemetry_(cfg, now_ns()),
+          queue_(SlabLinks{slab_.get()}, cfg.queue_capacity, soft_limit(cfg)),
           dispatcher_(*slab_, queue_, notifier_,
                       {cfg.weight_high, cfg.weight_normal, cfg.weight_low},
                       std::chrono::duration_cast<std::chrono::nanoseconds>(cfg.max_wait).count()),
