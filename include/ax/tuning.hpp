@@ -35,7 +35,7 @@ struct Tuning {
     // ---- dispatch
     // ---------------------------------------------------------------------------------
 
-    /// Dispatches between two swaps of the queue's standby buffer when the lanes are not dry
+    /// Dispatches between two swaps of the queue's standby list when the lanes are not dry
     /// (default 16). Lower lets a new high-priority task overtake sooner; higher bounces the queue
     /// lock's cache line between producers and the dispatcher less often.
     static constexpr std::uint32_t swap_period = 16;
