@@ -65,6 +65,15 @@ template <class Links> class IntrusiveFifo {
             tail_ = index;
         ++size_;
     }
+    /// A list over a chain already linked from `head` to `tail` (whose link is none), `size`
+    /// slots long; none, none, 0 for an empty one.
+    static IntrusiveFifo adopt(std::uint32_t head, std::uint32_t tail, std::size_t size) noexcept {
+        IntrusiveFifo f;
+        f.head_ = head;
+        f.tail_ = tail;
+        f.size_ = size;
+        return f;
+    }
     /// Appends every slot of `other`, in its order, in O(1); `other` is left empty.
     void splice_back(Links& links, IntrusiveFifo& other) noexcept {
         if (other.head_ == none)

@@ -30,7 +30,8 @@ struct QueueCounters {
 /// list is intrusive: slots are chained through the `next` link that Links provides (the record's
 /// own field, free while a task waits here: it is on neither the free list nor a lane), so the
 /// queue holds no buffer sized to its capacity (it was queue_capacity x 4 B twice, reserved up
-/// front) and never allocates. The lock is held for a bounds check and two link stores.
+/// front) and never allocates. The lock is held for a bounds check and one link store (the old
+/// tail to the new slot; the chain is ended once, at the swap).
 ///
 /// The queue also owns admission: the per-priority count of tasks admitted but not yet started,
 /// checked against capacity (ErrQueueFull) and the soft limit (ErrBusy, normal and low only).
@@ -38,7 +39,8 @@ struct QueueCounters {
 /// cache lines; producers check against a stale count of pops, which over-estimates the length,
 /// and read the workers' line only when that estimate reaches a limit.
 ///
-/// Lock it owns: `mutex_` (the queue spin lock) guards `standby_`, `standby_lanes_`,
+/// Lock it owns: `mutex_` (the queue spin lock) guards the standby list (`head_`, `tail_`,
+/// `count_`), `standby_lanes_`,
 /// `counters_`, `closed_`, `popped_seen_`, the writes of `pushed_` and `popped_hint_`, and the
 /// links of the slots in the standby list.
 template <class Links> class DoubleBufferQueue {
@@ -110,7 +112,11 @@ template <class Links> class DoubleBufferQueue {
         if (!nonempty_.load(std::memory_order_acquire))
             return false;
         std::lock_guard lock(mutex_);
-        out = std::exchange(standby_, Chain{});
+        if (tail_ != none)
+            links_.set_next(tail_, none); // the one link a push leaves unset
+        out = Chain::adopt(head_, tail_, count_);
+        head_ = tail_ = none;
+        count_ = 0;
         lanes = std::exchange(standby_lanes_, 0u);
         nonempty_.store(false, std::memory_order_relaxed);
         return !out.empty();
@@ -158,7 +164,8 @@ template <class Links> class DoubleBufferQueue {
     /// dispatch lock held too: dispatch -> queue is the one nesting).
     template <class F> void scan_standby(F&& f) {
         std::lock_guard lock(mutex_);
-        for (std::uint32_t i = standby_.front(); i != none; i = links_.next(i))
+        // The tail's link is not set until a swap: stop at the tail, not at a none link.
+        for (std::uint32_t i = head_; i != none; i = i == tail_ ? none : links_.next(i))
             if (!f(i))
                 return;
     }
@@ -172,12 +179,19 @@ template <class Links> class DoubleBufferQueue {
   private:
     /// Returns whether the buffer was empty before. Needs mutex_.
     bool append(std::uint32_t index, Priority p) {
-        standby_.push_back(links_, index);
+        // One link store: the new tail's own link stays unset until swap() ends the chain.
+        if (tail_ == none) {
+            head_ = index;
+        } else {
+            links_.set_next(tail_, index);
+        }
+        tail_ = index;
+        ++count_;
         standby_lanes_ |= 1u << static_cast<std::uint32_t>(p);
         auto& c = pushed_[static_cast<std::size_t>(p)];
         c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_release);
         popped_hint_.store(popped_seen_, std::memory_order_relaxed);
-        if (standby_.size() != 1)
+        if (count_ != 1)
             return false;
         nonempty_.store(true, std::memory_order_release);
         return true;
@@ -197,7 +211,10 @@ template <class Links> class DoubleBufferQueue {
 
     SpinLock mutex_;
     Links links_;
-    Chain standby_;
+    /// The standby list: oldest slot, newest slot (its link unset), length.
+    std::uint32_t head_ = none;
+    std::uint32_t tail_ = none;
+    std::size_t count_ = 0;
     /// Priorities pushed since the last swap (bit p = Priority p).
     std::uint32_t standby_lanes_ = 0;
     QueueCounters counters_;
