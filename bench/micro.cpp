@@ -764,25 +764,37 @@ unsigned hw_threads() {
 
 constexpr int queue_batch = 64;
 
+/// Links for the queue benchmark: slots of its own, never walked (the consumer only counts).
+struct BenchLinks {
+    std::uint32_t* next_;
+    [[nodiscard]] std::uint32_t next(std::uint32_t i) const noexcept { return next_[i]; }
+    void set_next(std::uint32_t i, std::uint32_t v) const noexcept { next_[i] = v; }
+};
+
 /// DoubleBufferQueue: try_push per item, one swap per batch of 64 (1 and 2 threads sharing it).
+/// Each thread pushes slots of its own; a swap leaves none of them in the standby list.
 void BM_Queue_DoubleBuffer(benchmark::State& state) {
-    static ax::detail::DoubleBufferQueue q(1u << 24, 1u << 24);
-    std::vector<std::uint32_t> out;
-    out.reserve(4096);
+    constexpr int max_threads = 64;
+    static std::vector<std::uint32_t> links(static_cast<std::size_t>(queue_batch) * max_threads);
+    static ax::detail::DoubleBufferQueue<BenchLinks> q(BenchLinks{links.data()}, 1u << 24,
+                                                       1u << 24);
+    const auto base = static_cast<std::uint32_t>(state.thread_index() % max_threads) *
+                      static_cast<std::uint32_t>(queue_batch);
+    ax::detail::DoubleBufferQueue<BenchLinks>::Chain out;
+    std::uint32_t lanes = 0;
     std::uint32_t len = 0;
     std::uint64_t taken = 0;
     for (auto _ : state) {
         for (int i = 0; i < queue_batch; ++i) {
-            const auto a = q.try_push(static_cast<std::uint32_t>(i), ax::Priority::normal, len);
+            const auto a =
+                q.try_push(base + static_cast<std::uint32_t>(i), ax::Priority::normal, len);
             benchmark::DoNotOptimize(a);
         }
-        if (q.swap(out)) {
-            for (const auto v : out) {
-                benchmark::DoNotOptimize(v);
+        if (q.swap(out, lanes)) {
+            for (std::size_t k = 0; k < out.size(); ++k)
                 q.on_dequeued(ax::Priority::normal);
-            }
             taken += out.size();
-            out.clear();
+            out = {};
         }
     }
     state.SetItemsProcessed(state.iterations() * queue_batch);

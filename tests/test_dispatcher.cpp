@@ -10,9 +10,10 @@
 
 using ax::Priority;
 using ax::detail::Dispatcher;
-using ax::detail::DoubleBufferQueue;
 using ax::detail::Notifier;
 using ax::detail::Reservation;
+using ax::detail::SlabLinks;
+using ax::detail::TaskQueue;
 using ax::detail::TaskSlab;
 
 namespace {
@@ -23,7 +24,8 @@ constexpr std::int64_t never = INT64_MAX / 4; // a max_wait that never forces a 
 /// does (state queued, priority, group, enqueue time).
 struct Rig {
     explicit Rig(std::int64_t max_wait_ns = never)
-        : queue(64, 64), dispatcher(slab, queue, notifier, {3, 2, 1}, max_wait_ns, 64) {}
+        : queue(SlabLinks{&slab}, 64, 64),
+          dispatcher(slab, queue, notifier, {3, 2, 1}, max_wait_ns) {}
 
     std::uint32_t admit(Priority p, std::uint16_t group = 0, std::int64_t enqueue_ns = 0) {
         const auto i = *slab.acquire();
@@ -46,7 +48,7 @@ struct Rig {
     }
 
     TaskSlab slab;
-    DoubleBufferQueue queue;
+    TaskQueue queue;
     Notifier notifier;
     Dispatcher dispatcher;
 };
@@ -211,4 +213,33 @@ TEST_CASE("Groups cost nothing until one is registered", "[dispatcher][groups]")
     CHECK(rig.dispatcher.groups().allocated_bytes() == one_chunk);
     rig.dispatcher.add_group(ax::Tuning::max_groups);
     CHECK(rig.dispatcher.groups().allocated_bytes() == 2 * one_chunk);
+}
+
+TEST_CASE("Dispatcher: a one-priority swap joins its lane whole, a mixed one is sorted",
+          "[dispatcher]") {
+    Rig rig;
+    const auto a = rig.admit(Priority::normal);
+    const auto b = rig.admit(Priority::normal);
+    CHECK(rig.fill() == std::vector<std::uint32_t>{a}); // spliced a, b into the normal lane
+    CHECK(rig.dispatcher.lanes_count() == 1);
+    const auto c = rig.admit(Priority::normal);
+    const auto h = rig.admit(Priority::high);
+    CHECK(rig.fill() == std::vector<std::uint32_t>{b}); // the lane was not dry: no swap yet
+    // Dry: the mixed batch is sorted by priority, high served first by the ring.
+    CHECK(rig.fill() == std::vector<std::uint32_t>{h});
+    CHECK(rig.fill() == std::vector<std::uint32_t>{c});
+    CHECK(rig.fill().empty());
+    CHECK_FALSE(rig.dispatcher.has_work());
+    // A long one-priority run behind what a lane still holds keeps push order (tiny: reserved
+    // several at a time).
+    std::vector<std::uint32_t> pushed;
+    for (int k = 0; k < 40; ++k)
+        pushed.push_back(rig.admit(Priority::low));
+    std::vector<std::uint32_t> got;
+    while (got.size() < pushed.size()) {
+        const auto batch = rig.fill(0, true, 1);
+        REQUIRE_FALSE(batch.empty());
+        got.insert(got.end(), batch.begin(), batch.end());
+    }
+    CHECK(got == pushed);
 }

@@ -2,6 +2,7 @@
 // success counts add up exactly, a reused end stamp never hides a long attempt, the split
 // admission count stays exact at its limits, and waking only on the first push of a burst
 // strands no queued task beside parked workers.
+#include "queue_links.hpp"
 #include "test_support.hpp"
 
 #include <atomic>
@@ -10,7 +11,9 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdint>
+#include <mutex>
 #include <random>
+#include <stop_token>
 #include <thread>
 #include <vector>
 
@@ -89,7 +92,7 @@ TEST_CASE("a long attempt after a run of tiny ones is timed from a fresh clock r
 
 TEST_CASE("the split admission count is exact at the limits", "[hot_path]") {
     using ax::detail::Admission;
-    ax::detail::DoubleBufferQueue q(8, 6);
+    ax_test::TestQueue q(8, 6);
     std::uint32_t len = 0;
     for (std::uint32_t i = 0; i < 6; ++i)
         REQUIRE(q.try_push(i, ax::Priority::normal, len) == Admission::admitted);
@@ -165,4 +168,198 @@ TEST_CASE("the quick options check never passes what the full check refuses", "[
         }
     }
     CHECK(quick > 100);
+}
+
+// ---- second round (branch hot2): the intrusive standby list ----------------------------------
+
+TEST_CASE("the standby list keeps push order across priorities and reports which it holds",
+          "[hot_path][queue]") {
+    ax_test::TestQueue q(100, 100);
+    std::uint32_t len = 0;
+    for (const std::uint32_t i : {9u, 3u, 7u})
+        REQUIRE(q.try_push(i, ax::Priority::normal, len) == ax::detail::Admission::admitted);
+    std::vector<std::uint32_t> out;
+    REQUIRE(q.swap(out));
+    CHECK(out == std::vector<std::uint32_t>{9, 3, 7});
+    CHECK(q.chain_size == 3);
+    CHECK(q.lanes == 1u << static_cast<unsigned>(ax::Priority::normal));
+    CHECK(q.link(7) == ax::detail::IntrusiveFifo<ax_test::VecLinks>::none); // the tail ends it
+
+    // Mixed priorities, and a retry's push_unchecked: one chain in push order, every lane named.
+    REQUIRE(q.try_push(1, ax::Priority::low, len) == ax::detail::Admission::admitted);
+    q.push_unchecked(2, ax::Priority::high);
+    REQUIRE(q.try_push(0, ax::Priority::low, len) == ax::detail::Admission::admitted);
+    out.clear();
+    REQUIRE(q.swap(out));
+    CHECK(out == std::vector<std::uint32_t>{1, 2, 0});
+    CHECK(q.lanes == ((1u << static_cast<unsigned>(ax::Priority::low)) |
+                      (1u << static_cast<unsigned>(ax::Priority::high))));
+    // The mask starts over with each swap.
+    REQUIRE(q.try_push(5, ax::Priority::high, len) == ax::detail::Admission::admitted);
+    out.clear();
+    REQUIRE(q.swap(out));
+    CHECK(q.lanes == 1u << static_cast<unsigned>(ax::Priority::high));
+}
+
+TEST_CASE("a standby list at capacity holds every slot once and a refusal links nothing",
+          "[hot_path][queue]") {
+    constexpr std::uint32_t cap = 1000;
+    ax_test::TestQueue q(cap, cap, cap + 2);
+    std::uint32_t len = 0;
+    for (std::uint32_t i = 0; i < cap; ++i)
+        REQUIRE(q.try_push(i, ax::Priority::normal, len) == ax::detail::Admission::admitted);
+    const std::uint32_t tail_link = q.link(cap - 1);
+    // Refused at capacity: neither the refused slot nor the tail is linked.
+    CHECK(q.try_push(cap, ax::Priority::high, len) == ax::detail::Admission::full);
+    CHECK(q.link(cap) == 0xdeadbeefu);
+    CHECK(q.link(cap - 1) == tail_link);
+    // A scan walks the whole list, oldest first, and stops when told.
+    std::vector<std::uint32_t> scanned;
+    q.scan_standby([&](std::uint32_t i) {
+        scanned.push_back(i);
+        return true;
+    });
+    REQUIRE(scanned.size() == cap);
+    for (std::uint32_t i = 0; i < cap; ++i)
+        CHECK(scanned[i] == i);
+    std::uint32_t seen = 0;
+    q.scan_standby([&](std::uint32_t) { return ++seen < 10; });
+    CHECK(seen == 10);
+    std::vector<std::uint32_t> out;
+    REQUIRE(q.swap(out));
+    CHECK(out.size() == cap);
+    CHECK(q.chain_size == cap);
+    // Swapped but not started: still counted, still full; after pops, a new list starts.
+    CHECK(q.try_push(cap, ax::Priority::high, len) == ax::detail::Admission::full);
+    q.on_dequeued(ax::Priority::normal);
+    bool first = false;
+    CHECK(q.try_push(cap, ax::Priority::high, len, &first) == ax::detail::Admission::admitted);
+    CHECK(first);
+    out.clear();
+    REQUIRE(q.swap(out));
+    CHECK(out == std::vector<std::uint32_t>{cap});
+}
+
+TEST_CASE("a chain spliced into a lane keeps its order behind what the lane held",
+          "[hot_path][queue]") {
+    std::vector<std::uint32_t> next(16, 0xdeadbeefu);
+    ax_test::VecLinks links{&next};
+    ax::detail::IntrusiveFifo<ax_test::VecLinks> lane, chain, empty;
+    lane.splice_back(links, chain); // both empty: nothing happens
+    CHECK(lane.empty());
+    for (const std::uint32_t i : {4u, 5u, 6u})
+        chain.push_back(links, i);
+    lane.splice_back(links, chain); // into an empty lane
+    CHECK(chain.empty());
+    CHECK(chain.size() == 0);
+    for (const std::uint32_t i : {1u, 2u})
+        chain.push_back(links, i);
+    lane.splice_back(links, chain); // behind what it held
+    lane.splice_back(links, empty);
+    lane.push_back(links, 9);
+    CHECK(lane.size() == 6);
+    std::vector<std::uint32_t> order;
+    while (!lane.empty())
+        order.push_back(lane.pop_front(links));
+    CHECK(order == std::vector<std::uint32_t>{4, 5, 6, 1, 2, 9});
+}
+
+TEST_CASE("one-priority and mixed swaps dispatch in the same order as before", "[hot_path]") {
+    // One worker, held by a gate while the batch queues: a single-priority batch (spliced whole)
+    // runs in push order; a mixed one follows the ring (high first at 3:2:1).
+    ax::Config cfg = fixed(1);
+    ax::Scheduler sched{cfg};
+    Gate gate, gate2;
+    std::atomic<bool> holding{false};
+    REQUIRE(sched.post([&] {
+        holding.store(true);
+        gate.wait();
+    }));
+    REQUIRE(eventually([&] { return holding.load(); }));
+    std::vector<int> order;
+    std::mutex m;
+    auto rec = [&](int v) {
+        return [&, v] {
+            std::lock_guard lock(m);
+            order.push_back(v);
+        };
+    };
+    std::vector<ax::TaskHandle<void>> hs;
+    for (int i = 0; i < 5; ++i)
+        hs.push_back(sched.submit(rec(i)).value());
+    gate.open();
+    for (auto& h : hs)
+        h.wait();
+    CHECK(order == std::vector<int>{0, 1, 2, 3, 4});
+
+    order.clear();
+    hs.clear();
+    holding.store(false);
+    REQUIRE(sched.post([&] {
+        holding.store(true);
+        gate2.wait();
+    }));
+    REQUIRE(eventually([&] { return holding.load(); }));
+    ax::SubmitOptions lo, hi;
+    lo.priority = ax::Priority::low;
+    hi.priority = ax::Priority::high;
+    for (int i = 0; i < 3; ++i)
+        hs.push_back(sched.submit(rec(10 + i), lo).value());
+    for (int i = 0; i < 3; ++i)
+        hs.push_back(sched.submit(rec(20 + i), hi).value());
+    gate2.open();
+    for (auto& h : hs)
+        h.wait();
+    CHECK(order == std::vector<int>{20, 21, 22, 10, 11, 12});
+}
+
+TEST_CASE("the stop state kept in the record's extras is fresh for the slot's next task",
+          "[hot_path]") {
+    // history_capacity 0 recycles a finished slot at once and the free list is LIFO, so the
+    // second task below reuses the first one's record (and its extras).
+    ax::Config cfg = fixed(1);
+    cfg.history_capacity = 0;
+    ax::Scheduler sched{cfg};
+    std::atomic<bool> asked{false}, saw_stop{false};
+    ax::TaskId first_id;
+    {
+        auto first = sched.submit([&](ax::TaskContext& ctx) {
+            const std::stop_token token = ctx.stop_token();
+            asked.store(true);
+            while (!token.stop_requested())
+                std::this_thread::sleep_for(100us);
+            saw_stop.store(true);
+        });
+        REQUIRE(first);
+        first_id = first->id();
+        REQUIRE(eventually([&] { return asked.load(); }));
+        CHECK(sched.cancel(first_id)); // running: requests stop on the token handed out
+        REQUIRE_THROWS_AS(first->get(), ax::TaskCancelled);
+        CHECK(saw_stop.load());
+    } // the handle's reference goes; the worker's idle flush recycles the slot
+    REQUIRE(eventually([&] { return !sched.query(first_id).has_value(); }));
+
+    std::atomic<int> stopped{-1};
+    auto second = sched.submit(
+        [&](ax::TaskContext& ctx) { stopped.store(ctx.stop_token().stop_requested() ? 1 : 0); });
+    REQUIRE(second);
+    second->get();
+    CHECK(second->id().index() == first_id.index());
+    CHECK(stopped.load() == 0);
+    // And a token asked before a cancel still sees that cancel (the stop bits are checked when
+    // the state is made).
+    Gate gate;
+    std::atomic<bool> third_stop{false};
+    std::atomic<bool> running{false};
+    auto third = sched.submit([&](ax::TaskContext& ctx) {
+        running.store(true);
+        gate.wait();
+        third_stop.store(ctx.stop_token().stop_requested());
+    });
+    REQUIRE(third);
+    REQUIRE(eventually([&] { return running.load(); }));
+    CHECK(sched.cancel(third->id()));
+    gate.open();
+    REQUIRE_THROWS_AS(third->get(), ax::TaskCancelled);
+    CHECK(third_stop.load());
 }

@@ -1,4 +1,6 @@
 // Unit tests for ax/queue.hpp: detail::DoubleBufferQueue admission, counters, swap.
+#include "queue_links.hpp"
+
 #include <atomic>
 #include <ax/queue.hpp>
 #include <catch2/catch.hpp>
@@ -9,7 +11,7 @@
 
 using ax::Priority;
 using ax::detail::Admission;
-using ax::detail::DoubleBufferQueue;
+using DoubleBufferQueue = ax_test::TestQueue;
 
 TEST_CASE("DoubleBufferQueue admits normal/low up to the soft limit, high up to capacity",
           "[queue]") {

@@ -131,7 +131,8 @@ struct Config {
     std::uint32_t dead_letter_capacity = 1024;
 
     /// Finished tasks that stay queryable (default 4096). Older ones are forgotten and query says
-    /// unknown. Each remembered task costs one task record (about 128 bytes plus its result).
+    /// unknown. Each remembered task costs one task record (112 bytes, plus its result when that
+    /// does not fit inline).
     std::uint32_t history_capacity = 4096;
 
     /// Throws std::invalid_argument naming the first invalid field and its value.

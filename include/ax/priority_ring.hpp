@@ -65,6 +65,28 @@ template <class Links> class IntrusiveFifo {
             tail_ = index;
         ++size_;
     }
+    /// A list over a chain already linked from `head` to `tail` (whose link is none), `size`
+    /// slots long; none, none, 0 for an empty one.
+    static IntrusiveFifo adopt(std::uint32_t head, std::uint32_t tail, std::size_t size) noexcept {
+        IntrusiveFifo f;
+        f.head_ = head;
+        f.tail_ = tail;
+        f.size_ = size;
+        return f;
+    }
+    /// Appends every slot of `other`, in its order, in O(1); `other` is left empty.
+    void splice_back(Links& links, IntrusiveFifo& other) noexcept {
+        if (other.head_ == none)
+            return;
+        if (tail_ == none) {
+            head_ = other.head_;
+        } else {
+            links.set_next(tail_, other.head_);
+        }
+        tail_ = other.tail_;
+        size_ += other.size_;
+        other = IntrusiveFifo{};
+    }
     std::uint32_t pop_front(Links& links) noexcept {
         const std::uint32_t index = head_;
         if (index == none)
@@ -99,6 +121,11 @@ template <class Links> class PriorityLanes {
 
     void push(Links& links, std::uint32_t index, Priority p) noexcept {
         lanes_[static_cast<std::size_t>(p)].push_back(links, index);
+    }
+
+    /// Appends a whole chain of priority-`p` slots to lane p in O(1); `chain` is left empty.
+    void splice(Links& links, Fifo& chain, Priority p) noexcept {
+        lanes_[static_cast<std::size_t>(p)].splice_back(links, chain);
     }
 
     /// Puts a slot back at the head of its lane (a task that was held back keeps its age).

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "detail/spin_lock.hpp"
+#include "priority_ring.hpp"
 #include "task.hpp"
 
 #include <algorithm>
@@ -10,7 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
-#include <vector>
+#include <utility>
 
 namespace ax::detail {
 
@@ -24,10 +25,13 @@ struct QueueCounters {
     std::uint64_t requeued = 0; ///< Retries that re-entered the queue.
 };
 
-/// The seed's double-buffer queue (§3.2). Producers append slot indices to the standby buffer under
-/// a mutex; the dispatcher swaps the whole buffer out in O(1) and sorts it into priority lanes
-/// outside the lock. Both buffers are reserved to queue_capacity up front, so neither side
-/// allocates in steady state, and the lock is held for a bounds check and one store.
+/// The seed's double-buffer queue (§3.2). Producers append slot indices to the standby list under
+/// a mutex; the dispatcher takes the whole list in O(1) and sorts it into priority lanes. The
+/// list is intrusive: slots are chained through the `next` link that Links provides (the record's
+/// own field, free while a task waits here: it is on neither the free list nor a lane), so the
+/// queue holds no buffer sized to its capacity (it was queue_capacity x 4 B twice, reserved up
+/// front) and never allocates. The lock is held for a bounds check and one link store (the old
+/// tail to the new slot; the chain is ended once, at the swap).
 ///
 /// The queue also owns admission: the per-priority count of tasks admitted but not yet started,
 /// checked against capacity (ErrQueueFull) and the soft limit (ErrBusy, normal and low only).
@@ -35,17 +39,21 @@ struct QueueCounters {
 /// cache lines; producers check against a stale count of pops, which over-estimates the length,
 /// and read the workers' line only when that estimate reaches a limit.
 ///
-/// Lock it owns: `mutex_` (the queue spin lock) guards `standby_`, `counters_`, `closed_`,
-/// `popped_seen_` and the writes of `pushed_` and `popped_hint_`.
-class DoubleBufferQueue {
+/// Lock it owns: `mutex_` (the queue spin lock) guards the standby list (`head_`, `tail_`,
+/// `count_`), `standby_lanes_`,
+/// `counters_`, `closed_`, `popped_seen_`, the writes of `pushed_` and `popped_hint_`, and the
+/// links of the slots in the standby list.
+template <class Links> class DoubleBufferQueue {
   public:
-    DoubleBufferQueue(std::uint32_t capacity, std::uint32_t soft_limit)
-        : capacity_(capacity), soft_limit_(soft_limit) {
-        standby_.reserve(capacity);
-    }
+    /// A chain of slots as swap() hands it over (front: the oldest push).
+    using Chain = IntrusiveFifo<Links>;
+    static constexpr std::uint32_t none = Chain::none;
+
+    DoubleBufferQueue(Links links, std::uint32_t capacity, std::uint32_t soft_limit)
+        : links_(links), capacity_(capacity), soft_limit_(soft_limit) {}
 
     /// Appends `index` if admission allows. `queue_length` receives the length seen; `first`,
-    /// if given, whether the standby buffer was empty (only such a push needs to wake a worker:
+    /// if given, whether the standby list was empty (only such a push needs to wake a worker:
     /// the push that made the buffer non-empty already woke one, or found one awake, and that
     /// worker's swap takes every later push with it).
     Admission try_push(std::uint32_t index, Priority p, std::uint32_t& queue_length,
@@ -97,13 +105,19 @@ class DoubleBufferQueue {
         ++counters_.rejected;
     }
 
-    /// Moves everything appended since the last swap into `out` (which must be empty) and hands
-    /// `out`'s storage back as the new standby buffer. O(1) under the lock.
-    bool swap(std::vector<std::uint32_t>& out) {
+    /// Moves everything appended since the last swap into `out` (which must be empty), in push
+    /// order; `lanes` receives the priorities among them (bit p = Priority p), so a caller
+    /// that finds a single one can splice the chain whole. O(1) under the lock.
+    bool swap(Chain& out, std::uint32_t& lanes) {
         if (!nonempty_.load(std::memory_order_acquire))
             return false;
         std::lock_guard lock(mutex_);
-        standby_.swap(out);
+        if (tail_ != none)
+            links_.set_next(tail_, none); // the one link a push leaves unset
+        out = Chain::adopt(head_, tail_, count_);
+        head_ = tail_ = none;
+        count_ = 0;
+        lanes = std::exchange(standby_lanes_, 0u);
         nonempty_.store(false, std::memory_order_relaxed);
         return !out.empty();
     }
@@ -145,12 +159,13 @@ class DoubleBufferQueue {
     [[nodiscard]] std::uint32_t capacity() const noexcept { return capacity_; }
     [[nodiscard]] std::uint32_t soft_limit() const noexcept { return soft_limit_; }
 
-    /// Introspection: calls f(index) for each slot in the standby buffer, oldest first, under
+    /// Introspection: calls f(index) for each slot in the standby list, oldest first, under
     /// the queue lock, until f returns false. f must take no lock (it is called with the
     /// dispatch lock held too: dispatch -> queue is the one nesting).
     template <class F> void scan_standby(F&& f) {
         std::lock_guard lock(mutex_);
-        for (const auto i : standby_)
+        // The tail's link is not set until a swap: stop at the tail, not at a none link.
+        for (std::uint32_t i = head_; i != none; i = i == tail_ ? none : links_.next(i))
             if (!f(i))
                 return;
     }
@@ -164,11 +179,19 @@ class DoubleBufferQueue {
   private:
     /// Returns whether the buffer was empty before. Needs mutex_.
     bool append(std::uint32_t index, Priority p) {
-        standby_.push_back(index);
+        // One link store: the new tail's own link stays unset until swap() ends the chain.
+        if (tail_ == none) {
+            head_ = index;
+        } else {
+            links_.set_next(tail_, index);
+        }
+        tail_ = index;
+        ++count_;
+        standby_lanes_ |= 1u << static_cast<std::uint32_t>(p);
         auto& c = pushed_[static_cast<std::size_t>(p)];
         c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_release);
         popped_hint_.store(popped_seen_, std::memory_order_relaxed);
-        if (standby_.size() != 1)
+        if (count_ != 1)
             return false;
         nonempty_.store(true, std::memory_order_release);
         return true;
@@ -187,7 +210,13 @@ class DoubleBufferQueue {
     }
 
     SpinLock mutex_;
-    std::vector<std::uint32_t> standby_;
+    Links links_;
+    /// The standby list: oldest slot, newest slot (its link unset), length.
+    std::uint32_t head_ = none;
+    std::uint32_t tail_ = none;
+    std::size_t count_ = 0;
+    /// Priorities pushed since the last swap (bit p = Priority p).
+    std::uint32_t standby_lanes_ = 0;
     QueueCounters counters_;
     bool closed_ = false;
     const std::uint32_t capacity_;
@@ -200,7 +229,7 @@ class DoubleBufferQueue {
     /// Sum of pops as the producers last read it (under mutex_), and its lock-free copy.
     std::uint32_t popped_seen_ = 0;
     std::atomic<std::uint32_t> popped_hint_{0};
-    /// Whether the standby buffer holds anything: idle workers poll it, so it has a line of its
+    /// Whether the standby list holds anything: idle workers poll it, so it has a line of its
     /// own rather than one that every push writes.
     alignas(64) std::atomic<bool> nonempty_{false};
     /// Tasks ever dequeued (started or cancelled while queued), per priority: the workers' line.

@@ -14,13 +14,15 @@ namespace ax {
 struct Tuning {
     // ---- record layout (TaskRecord, TaskSlab; not templates, so plain constants) ----------------
 
-    /// Bytes of a capture (or a result) stored inline in a task record (default 40). Larger fits
-    /// more lambdas without an allocation but grows the record past two cache lines (128 B,
-    /// asserted in detail/record.hpp); smaller sends ordinary captures to the heap.
-    static constexpr std::size_t small_buffer_size = 40;
+    /// Bytes of a capture (or a result) stored inline in a task record (default 32: four
+    /// pointers, a std::function, a std::string). Larger fits more lambdas without an allocation
+    /// but grows the record (112 B, asserted in detail/record.hpp) and so the memory of every
+    /// queued task (40 B, the first round's value, cost 16 B per task: records are 16-aligned);
+    /// smaller sends ordinary captures to the heap.
+    static constexpr std::size_t small_buffer_size = 32;
     /// Records per slab chunk, as a power of two (default 2^10). A chunk is allocated at once when
     /// the free list runs dry: bigger chunks grow less often but cost more memory up front
-    /// (1,024 × 128 B = 128 KiB).
+    /// (1,024 × 112 B = 112 KiB).
     static constexpr std::uint32_t slab_chunk_bits = 10;
     /// Most chunks a slab may hold (default 2^14, so 16 M live records). The chunk table is
     /// allocated up front (8 B per entry, 128 KiB); a larger cap costs that table, a smaller one
@@ -33,7 +35,7 @@ struct Tuning {
     // ---- dispatch
     // ---------------------------------------------------------------------------------
 
-    /// Dispatches between two swaps of the queue's standby buffer when the lanes are not dry
+    /// Dispatches between two swaps of the queue's standby list when the lanes are not dry
     /// (default 16). Lower lets a new high-priority task overtake sooner; higher bounces the queue
     /// lock's cache line between producers and the dispatcher less often.
     static constexpr std::uint32_t swap_period = 16;

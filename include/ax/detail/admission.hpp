@@ -226,7 +226,7 @@ SchedulerCore<Clock, Controller>::admit(const SubmitOptions& o, TaskId& id, bool
         }
         return backpressure_error(a == Admission::full ? Errc::queue_full : Errc::busy, len);
     }
-    // While tasks are tiny only the push that made the standby buffer non-empty wakes: whoever
+    // While tasks are tiny only the push that made the standby list non-empty wakes: whoever
     // it woke (or found awake) swaps the later pushes in with it and is back for more within
     // microseconds, so a stream pays one fence per swap, not one per task. Longer tasks keep a
     // wake per push, so a burst spreads over the parked workers.

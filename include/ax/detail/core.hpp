@@ -99,11 +99,11 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
     /// no thread starts before start().
     SchedulerCore(const Config& cfg, Hooks hooks)
         : cfg_((cfg.validate(), cfg)), slab_(std::make_shared<TaskSlab>()),
-          telemetry_(cfg, now_ns()), queue_(cfg.queue_capacity, soft_limit(cfg)),
+          telemetry_(cfg, now_ns()),
+          queue_(SlabLinks{slab_.get()}, cfg.queue_capacity, soft_limit(cfg)),
           dispatcher_(*slab_, queue_, notifier_,
                       {cfg.weight_high, cfg.weight_normal, cfg.weight_low},
-                      std::chrono::duration_cast<std::chrono::nanoseconds>(cfg.max_wait).count(),
-                      cfg.queue_capacity),
+                      std::chrono::duration_cast<std::chrono::nanoseconds>(cfg.max_wait).count()),
           history_(*slab_, cfg.history_capacity), dead_letters_(cfg.dead_letter_capacity),
           jitter_(std::random_device{}()), hooks_(std::move(hooks)), controller_(cfg),
           controller_state_(cfg, controller_policy_name<Controller>(),
@@ -262,7 +262,7 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
     TaskTotals totals_;
     Telemetry telemetry_;
     Notifier notifier_;
-    DoubleBufferQueue queue_;
+    TaskQueue queue_;
     GroupRegistry registry_;
     Dispatcher dispatcher_;
     JoinTable joins_;

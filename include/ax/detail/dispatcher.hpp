@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
@@ -35,13 +36,16 @@ struct Reservation {
     [[nodiscard]] bool holds() const noexcept { return next < reserved; }
 };
 
+/// The scheduler's queue: its standby list is chained through the records' `next` links.
+using TaskQueue = DoubleBufferQueue<SlabLinks>;
+
 /// Dispatch: which queued task runs next. There is no dispatcher thread; whichever worker needs
 /// work calls fill() and takes the role for one pass. The dispatcher sorts the queue's standby
-/// buffer into three priority lanes (PriorityLanes: the 3:2:1 ring plus the max_wait budget),
+/// list into three priority lanes (PriorityLanes: the 3:2:1 ring plus the max_wait budget),
 /// serves the subtask lane first, and parks tasks whose group is at capacity (limit or breaker)
 /// until a slot frees.
 ///
-/// Lock it owns: `mutex_` (the dispatch spin lock) guards `lanes_`, `batch_`, `pops_since_swap_`,
+/// Lock it owns: `mutex_` (the dispatch spin lock) guards `lanes_`, `pops_since_swap_`,
 /// `subtasks_` and every GroupState in `groups_`. Every member function below takes it itself,
 /// except the `_locked` ones, which need it held. While it is held the only other lock taken is
 /// the queue's (DoubleBufferQueue::swap in swap_into_lanes_locked, and scan_standby in the
@@ -52,21 +56,17 @@ class Dispatcher {
   public:
     static constexpr std::uint32_t none = UINT32_MAX;
     /// Entries oldest_queued() reads at most per list it walks (a lane, a parking list, the
-    /// standby buffer).
+    /// standby list).
     static constexpr std::size_t oldest_scan_limit = 1024;
 
-    /// Lanes with the ring's `weights` and the anti-starvation budget `max_wait_ns`; the swap
-    /// buffer is reserved to `queue_capacity` so a swap never allocates.
-    Dispatcher(TaskSlab& slab, DoubleBufferQueue& queue, Notifier& notifier,
-               std::array<std::uint32_t, priority_count> weights, std::int64_t max_wait_ns,
-               std::size_t queue_capacity)
-        : slab_(slab), queue_(queue), notifier_(notifier), lanes_(weights, max_wait_ns) {
-        batch_.reserve(queue_capacity);
-    }
+    /// Lanes with the ring's `weights` and the anti-starvation budget `max_wait_ns`.
+    Dispatcher(TaskSlab& slab, TaskQueue& queue, Notifier& notifier,
+               std::array<std::uint32_t, priority_count> weights, std::int64_t max_wait_ns)
+        : slab_(slab), queue_(queue), notifier_(notifier), lanes_(weights, max_wait_ns) {}
     Dispatcher(const Dispatcher&) = delete;
     Dispatcher& operator=(const Dispatcher&) = delete;
 
-    /// Whether a dispatch would find something: tasks in the lanes or in the standby buffer.
+    /// Whether a dispatch would find something: tasks in the lanes or in the standby list.
     /// Tasks a worker has already reserved do not count; that worker is awake and will run them.
     [[nodiscard]] bool has_work() const noexcept {
         return lanes_count_.load(std::memory_order_seq_cst) > 0 ||
@@ -258,7 +258,7 @@ class Dispatcher {
         return gs->stats();
     }
 
-    /// shutdown(cancel): takes every task the dispatcher holds (the standby buffer, the lanes,
+    /// shutdown(cancel): takes every task the dispatcher holds (the standby list, the lanes,
     /// the subtask lane, every parking list) and appends it to `out`.
     void drain_all(std::vector<std::uint32_t>& out) {
         SlabLinks links{&slab_};
@@ -278,7 +278,7 @@ class Dispatcher {
 
     /// Introspection: calls f(index) for each task the dispatcher holds (the subtask lane, the
     /// high, normal and low lanes front to back, every parking list), then for the queue's
-    /// standby buffer, until f returns false; under the dispatch lock with the queue's nested,
+    /// standby list, until f returns false; under the dispatch lock with the queue's nested,
     /// so no task moves between them meanwhile. Tombstones (cancelled while queued) are passed
     /// too: f checks the state. Tasks workers reserved are not seen. f must take no lock.
     template <class F> void scan(F&& f) {
@@ -305,7 +305,7 @@ class Dispatcher {
     /// queued task; the generation is read under the lock, so a task that moves on meanwhile
     /// fails to pin rather than aliasing a newer one) and its enqueue time `at[p]`. Candidates are
     /// the first queued entry of lane p, of each parking list, and, only for a lane with neither,
-    /// of the standby buffer (newer than anything in the lanes). Under the dispatch lock (the
+    /// of the standby list (newer than anything in the lanes). Under the dispatch lock (the
     /// queue's nested); it walks past tombstones and other lanes' tasks, so it costs a few reads
     /// normally, and each walk stops after oldest_scan_limit entries, so a scrape never holds
     /// the locks long (a lane whose only queued tasks lie deeper than that in one list is then
@@ -361,7 +361,7 @@ class Dispatcher {
             }
         }
         if (found < priority_count) {
-            // Lanes with no candidate yet: the first queued entry of the standby buffer (push
+            // Lanes with no candidate yet: the first queued entry of the standby list (push
             // order).
             std::size_t walked = 0;
             queue_.scan_standby([&](std::uint32_t i) {
@@ -397,14 +397,26 @@ class Dispatcher {
     [[nodiscard]] const GroupTable& groups() const noexcept { return groups_; }
 
   private:
-    /// Takes the standby buffer (O(1)) and sorts it into the priority lanes. Needs mutex_.
+    /// Takes the standby list (O(1)) and sorts it into the priority lanes (O(1) when it holds one
+    /// priority). Needs mutex_.
     void swap_into_lanes_locked(SlabLinks& links) {
-        if (!queue_.swap(batch_))
+        TaskQueue::Chain batch;
+        std::uint32_t pushed_lanes = 0;
+        if (!queue_.swap(batch, pushed_lanes))
             return;
         pops_since_swap_ = 0;
-        for (const auto i : batch_)
+        // One priority in the batch (the common case): the chain joins its lane whole, so the
+        // swap touches no record. Mixed: each slot goes to its own lane, in push order.
+        if ((pushed_lanes & (pushed_lanes - 1)) == 0) {
+            const auto p = static_cast<Priority>(std::countr_zero(pushed_lanes));
+            lanes_.splice(links, batch, p);
+            return;
+        }
+        for (std::uint32_t i = batch.front(); i != none;) {
+            const std::uint32_t n = links.next(i);
             lanes_.push(links, i, slab_.at(i).priority);
-        batch_.clear();
+            i = n;
+        }
     }
 
     /// Moves parked tasks of a group back to the front of their lanes while the group has room.
@@ -426,12 +438,11 @@ class Dispatcher {
     }
 
     TaskSlab& slab_;
-    DoubleBufferQueue& queue_;
+    TaskQueue& queue_;
     Notifier& notifier_;
 
     SpinLock mutex_;
     PriorityLanes<SlabLinks> lanes_;    // under mutex_
-    std::vector<std::uint32_t> batch_;  // under mutex_
     std::uint32_t pops_since_swap_ = 0; // under mutex_
     GroupTable groups_;                 // each GroupState under mutex_
     IntrusiveFifo<SlabLinks> subtasks_; // under mutex_

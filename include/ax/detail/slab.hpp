@@ -204,11 +204,11 @@ class TaskSlab {
     /// generation so stale IDs stop matching.
     static void reset(TaskRecord& r) noexcept {
         r.destroy_content();
-        // Dropping the stop state (instead of reusing it) keeps a token an old body kept from
-        // seeing the next task's cancel.
-        if (r.stop.stop_possible())
-            r.stop = std::stop_source(std::nostopstate);
         if (r.extras != nullptr) {
+            // Dropping the stop state (instead of reusing it) keeps a token an old body kept
+            // from seeing the next task's cancel.
+            if (r.extras->stop.stop_possible())
+                r.extras->stop = std::stop_source(std::nostopstate);
             r.extras->name.clear();
             r.extras->last_error.clear();
             r.extras->last_error_type.clear();
