@@ -4,11 +4,14 @@
 #include "test_support.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <ax/clock.hpp>
 #include <ax/errors.hpp>
 #include <ax/scheduler.hpp>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <mutex>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -287,4 +290,42 @@ TEST_CASE("oldest_waiting looks into the lanes and the group parking lists", "[i
     gate3.open();
     REQUIRE(g2->wait_for(20s));
     REQUIRE(n3->wait_for(20s));
+}
+
+TEST_CASE("a task picked up right after another ends never starts before it was enqueued",
+          "[introspection]") {
+    // The worker stamps an attempt's start with the previous attempt's end reading (one clock
+    // read per task). A task enqueued after that reading but taken in the same dispatch round
+    // would start "before" it was enqueued; from the on_success hook (after the end reading,
+    // before the next round) the test advances the clock and submits exactly such a task.
+    std::atomic<Sched*> self{nullptr};
+    std::mutex m;
+    std::optional<ax::TaskId> late; // under m
+    ax::Hooks hooks;
+    hooks.on_success = [&](const ax::TaskEvent& e) {
+        if (e.name != "first")
+            return;
+        ax::ManualClock::advance(1s);
+        auto h = self.load()->post([] {}, {.name = "late"});
+        std::lock_guard lock(m);
+        if (h)
+            late = *h;
+    };
+    Sched sched{one_worker(), hooks};
+    self = &sched;
+    auto first = sched.submit([] { return 1; }, {.name = "first"});
+    REQUIRE(first);
+    REQUIRE(first->get() == 1);
+    const auto late_id = [&] {
+        std::lock_guard lock(m);
+        return late;
+    };
+    REQUIRE(eventually([&] {
+        const auto id = late_id();
+        return id && sched.query(*id) && sched.query(*id)->state == ax::TaskState::succeeded;
+    }));
+    const auto info = sched.query(*late_id());
+    REQUIRE(info);
+    CHECK(info->started >= info->enqueued);
+    CHECK(info->finished >= info->started);
 }

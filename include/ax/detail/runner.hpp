@@ -182,6 +182,10 @@ bool SchedulerCore<Clock, Controller>::try_start(std::uint32_t i, WorkerLocal& l
 template <SchedulerClock Clock, ControllerPolicy Controller>
 void SchedulerCore<Clock, Controller>::execute(std::uint32_t index, Worker& w, std::int64_t start) {
     TaskRecord& r = slab_->at(index);
+    // `start` is the previous attempt's end reading (one clock read per task); a task enqueued
+    // after that reading but taken in the same dispatch round must not start before its
+    // enqueue stamp (query() promises started >= enqueued).
+    start = std::max(start, r.enqueue_ns.load(std::memory_order_relaxed));
     const std::uint32_t attempt = std::min<std::uint32_t>(r.attempts.load() + 1u, 255u);
     r.attempts.store(static_cast<std::uint8_t>(attempt), std::memory_order_relaxed);
     r.start_ns.store(start, std::memory_order_relaxed);
