@@ -32,11 +32,13 @@ ax::Config fixed(std::uint32_t workers) {
     return cfg;
 }
 
-/// Posts `n` tiny tasks and waits until all ran.
+/// Posts `n` tiny tasks and waits until all ran. The count is released, so the wait (an acquire
+/// load that sees the last increment) happens after every body: `done` lives on this stack
+/// frame, reused right after (a relaxed count raced with the next call's frame under TSan, CI).
 template <class Sched> void run_tiny(Sched& sched, std::uint64_t n) {
     std::atomic<std::uint64_t> done{0};
     for (std::uint64_t i = 0; i < n; ++i)
-        while (!sched.post([&done] { done.fetch_add(1, std::memory_order_relaxed); }))
+        while (!sched.post([&done] { done.fetch_add(1, std::memory_order_release); }))
             std::this_thread::yield();
     REQUIRE(eventually([&] { return done.load() == n; }));
 }
