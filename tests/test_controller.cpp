@@ -247,17 +247,25 @@ TEST_CASE("shares_from: CPU and runqueue shares of the busy time", "[controller]
     ax::detail::shares_from({}, cpu, rq);
     CHECK(cpu == 0.0);
     CHECK(rq == 0.0);
-    ax::detail::shares_from({250, 250, 1000}, cpu, rq);
+    constexpr std::uint64_t ms = 1'000'000;
+    ax::detail::shares_from({250 * ms, 250 * ms, 1000 * ms}, cpu, rq);
     CHECK(cpu == Approx(0.25));
     CHECK(rq == Approx(0.25));
     // Busy time below CPU + wait (dispatch and spinning outside bodies): the sum is the wall.
-    ax::detail::shares_from({600, 200, 100}, cpu, rq);
+    ax::detail::shares_from({6 * ms, 2 * ms, 4 * ms}, cpu, rq);
     CHECK(cpu == Approx(0.75));
     CHECK(rq == Approx(0.25));
     // Only blocked: measured, so not 0/0.
-    ax::detail::shares_from({0, 0, 1000}, cpu, rq);
+    ax::detail::shares_from({0, 0, 1000 * ms}, cpu, rq);
     CHECK(cpu > 0.0);
     CHECK(rq == 0.0);
+    // Under a millisecond of busy time in all (a few workers just woken): not a sample of the
+    // work, whatever its CPU share would read.
+    ax::detail::shares_from({600'000, 200'000, 900'000}, cpu, rq);
+    CHECK(cpu == 0.0);
+    CHECK(rq == 0.0);
+    ax::detail::shares_from({600'000, 200'000, 1'000'000}, cpu, rq);
+    CHECK(cpu == Approx(0.6));
 }
 
 TEST_CASE("accumulate: the first sample primes, later ones add deltas", "[controller]") {
@@ -482,8 +490,12 @@ TEST_CASE("BurstForecaster predicts evenly spaced bursts and nothing else", "[co
     REQUIRE(periodic.predict(next));
     CHECK(next == Approx(13.0).margin(0.11));
     CHECK(periodic.learned_peak() == 200);
-    // Within the lead: a quarter of the peak pre-started (the burst's first round grows x4).
-    CHECK(periodic.hint(next - 0.1, 0.1).floor == 50);
+    // Within the lead: an eighth of the peak pre-started (the burst's first round asks for it
+    // all).
+    CHECK(periodic.hint(next - 0.1, 0.1).floor ==
+          (200 + ax::BurstForecaster::prescale_divisor - 1) /
+              ax::BurstForecaster::prescale_divisor);
+    CHECK(periodic.hint(next - 0.1, 0.1).floor == 25);
     CHECK(periodic.hint(next - 1.0, 0.1).floor == 0); // well before it: no floor
     CHECK(periodic.hint(next + 1.0, 0.1).floor == 0); // a burst that did not come: lapsed
     // The burst comes as predicted: while its work is queued it gets the whole learned peak.
@@ -503,6 +515,28 @@ TEST_CASE("BurstForecaster predicts evenly spaced bursts and nothing else", "[co
     for (int i = 0; i < 200; ++i)
         steady.observe(i * 0.1, 0.1, 100, 0, 10);
     CHECK_FALSE(steady.predict(next));
+}
+
+TEST_CASE("BurstForecaster: a burst the queue refused is met with the last burst's need, not "
+          "with what it let in",
+          "[controller]") {
+    for (const bool refused : {false, true}) {
+        ax::BurstForecaster f;
+        for (int i = 0; i < 10; ++i)
+            f.observe(i * 0.1, 0.1, 0, 0, 4);
+        f.observe(1.0, 0.1, 400, 120, 200, true); // the first burst: the controller ramps
+        f.observe(1.1, 0.1, 0, 0, 4);             // drained
+        REQUIRE(f.learned_peak() == 200);
+        for (int i = 12; i < 30; ++i)
+            f.observe(i * 0.1, 0.1, 0, 0, 4);
+        // The second burst's first round saw 125 arrivals (queue 150, soft limit 120).
+        f.observe(3.0, 0.1, 125, 120, 125, refused);
+        REQUIRE(f.in_burst());
+        INFO("refused: " << refused);
+        // Refused: its arrivals are what the queue let in, so it gets the last burst's need;
+        // not refused: a smaller burst asks only for its own tasks.
+        CHECK(f.hint(3.0, 0.1).floor == (refused ? 200u : 125u));
+    }
 }
 
 TEST_CASE("AdaptiveController grows no further while runqueue wait dominates", "[controller]") {

@@ -6,7 +6,9 @@
 #include <ax/scheduler.hpp>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <stop_token>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -161,4 +163,70 @@ TEST_CASE("a CPU cap below min_workers runs only that many tasks; the threads st
     ax::Scheduler<std::chrono::steady_clock, LowPolicy> low{cfg};
     REQUIRE(eventually([&] { return low.metrics().controller.rounds >= 1; }));
     CHECK(low.metrics().workers.target == 4);
+}
+
+TEST_CASE("the onset of backpressure gets a controller round at once, not at the next tick",
+          "[controller][tick]") {
+    // The tick's interval is 2 s, so without the poke no round can run before 2 s after the
+    // scheduler started; with it, the first refused submit runs one within microseconds.
+    ax::Config cfg;
+    cfg.min_workers = 1;
+    cfg.max_workers = 8;
+    cfg.queue_capacity = 4;
+    cfg.dispatch_interval = 2s;
+    cfg.watchdog_interval = 2s;
+    cfg.controller_interval = 100s;
+    const auto started = std::chrono::steady_clock::now();
+    ax_test::Gate gate;
+    std::vector<ax::TaskHandle<void>> hs;
+    {
+        ax::Scheduler<> sched{cfg};
+        bool refused = false;
+        for (int i = 0; i < 50 && !refused; ++i) {
+            auto h = sched.submit([&] { gate.wait(); });
+            if (h)
+                hs.push_back(std::move(*h));
+            else
+                refused = h.error().retryable();
+        }
+        REQUIRE(refused);
+        // Generous for a loaded machine, and still before the first regular tick.
+        const auto before_tick = started + 1900ms;
+        bool round = false;
+        while (!round && std::chrono::steady_clock::now() < before_tick) {
+            round = sched.metrics().controller.rounds >= 1;
+            std::this_thread::sleep_for(200us);
+        }
+        CHECK(round);
+        gate.open();
+        for (auto& h : hs)
+            REQUIRE(h.wait_for(30s));
+    }
+}
+
+TEST_CASE("TickWaker: only the onset of backpressure pokes", "[controller][tick]") {
+    ax::detail::TickWaker w;
+    std::stop_source stop;
+    CHECK(w.armed());
+    w.poke(); // armed: wakes the next wait at once
+    CHECK_FALSE(w.armed());
+    const auto t0 = std::chrono::steady_clock::now();
+    CHECK(w.wait(stop.get_token(), 30s));
+    CHECK(std::chrono::steady_clock::now() - t0 < 20s);
+    w.poke(); // disarmed: nothing
+    CHECK_FALSE(w.wait(stop.get_token(), 1ms));
+    w.backpressure_seen(true); // the tick saw refusals: stays disarmed
+    w.poke();
+    CHECK_FALSE(w.wait(stop.get_token(), 1ms));
+    w.backpressure_seen(false); // a quiet tick re-arms
+    CHECK(w.armed());
+    w.poke();
+    CHECK(w.wait(stop.get_token(), 30s));
+    // A stop ends the wait too, without a poke.
+    std::thread stopper([&] {
+        std::this_thread::sleep_for(5ms);
+        stop.request_stop();
+    });
+    CHECK_FALSE(w.wait(stop.get_token(), 30s));
+    stopper.join();
 }

@@ -425,3 +425,31 @@ TEST_CASE("sim: CPU-bound work on a machine crowded by other processes does not 
     CHECK(r.peak_workers <= 64);
     CHECK(r.thread_seconds <= 0.25 * static_cast<double>(s.cfg.max_workers) * r.makespan_s);
 }
+
+TEST_CASE("sim: at the end of a run of work the surplus leaves within ticks, not a round",
+          "[controller][sim]") {
+    // The seed's workload, scaled: 4 000 x ~80 ms of sleep at the default queue capacity. The
+    // last tasks end over ~80 ms, less than a 100 ms round: without a round on the tick where
+    // half the pool idles with nothing queued, the whole pool idles through the tail.
+    Setup s = machine(2);
+    const std::vector<Arrival> a = jittered(4000, Task{0.0, 0.08});
+    const Result r = adaptive(s, a);
+    report("tail of 4000 x 80 ms", r);
+    REQUIRE(r.finished);
+    REQUIRE(r.peak_busy >= 150);
+    // The first tick of the tail: at most half the peak busy, after the pool was full.
+    std::size_t tail = 0;
+    bool full = false;
+    for (std::size_t i = 0; i < r.busy_trace.size() && tail == 0; ++i) {
+        full = full || r.busy_trace[i] >= 0.9 * r.peak_busy;
+        if (full && r.busy_trace[i] <= 0.5 * r.peak_busy)
+            tail = i;
+    }
+    REQUIRE(tail > 0);
+    REQUIRE(tail + 3 < r.target_trace.size());
+    INFO("tail starts at tick " << tail << ", target " << r.target_trace[tail]);
+    // Falling on every tick of the tail (a regular round alone would lower it once per 100 ms).
+    for (std::size_t k = tail + 1; k <= tail + 3; ++k)
+        CHECK(r.target_trace[k] < r.target_trace[k - 1]);
+    CHECK(r.direction_changes <= 2);
+}

@@ -27,7 +27,7 @@ namespace ax {
 /// period if longer) before it until `lead` after it; then the prediction lapses until the next
 /// burst. Bursts at uneven intervals give no prediction (no pre-scale before them); once one is
 /// under way, every burst after the first is met at once with the workers the last one needed
-/// (at most its own arrivals so far) instead of a ramp.
+/// (at most its own arrivals so far, unless admission refused some of them) instead of a ramp.
 class BurstForecaster {
   public:
     /// Fewest arrivals in one round for it to count as hot (default 16).
@@ -39,10 +39,13 @@ class BurstForecaster {
     static constexpr double hot_tau_s = 10.0;
     /// Largest relative difference of two intervals that still makes a period (default 0.2).
     static constexpr double period_tolerance = 0.2;
-    /// The pre-scale floor is the last burst's worker need divided by this (default 4, the
-    /// controller's growth factor per round): enough that the burst's first round reaches the
-    /// need; pre-starting all of it would cost four times the idle thread-seconds.
-    static constexpr std::uint32_t prescale_divisor = 4;
+    /// The pre-scale floor is the last burst's worker need divided by this (default 8): the
+    /// threads the burst's first tasks need are started before it, the rest at the burst's first
+    /// round, which asks for the whole need at once (and comes at the burst's first refused
+    /// submit, see detail::TickWaker). A larger share buys little: a quarter (4) cost 40 % more
+    /// idle thread-seconds than an eighth for 1 ms less p99 wait of the bursts' first 200 tasks
+    /// in the simulator (test_controller_sim, bursty-forecast).
+    static constexpr std::uint32_t prescale_divisor = 8;
 
     /// What the forecaster asks of the controller this round: a floor under the target (0: none)
     /// and the arrival rate it expects (0 outside a predicted burst).
@@ -52,10 +55,11 @@ class BurstForecaster {
     };
 
     /// Feeds one round: the time `t` (seconds since the first round), the round's length `dt`,
-    /// the arrivals during it, the queue length now and the worker need the controller computed
-    /// from the load (without any forecast floor).
+    /// the arrivals during it, the queue length now, the worker need the controller computed
+    /// from the load (without any forecast floor) and whether admission refused work (or the
+    /// queue sat at its soft limit) since the last round.
     void observe(double t, double dt, std::uint64_t arrivals, std::uint32_t queue_length,
-                 std::uint32_t need) noexcept {
+                 std::uint32_t need, bool saturated = false) noexcept {
         const double rate = dt > 0.0 ? static_cast<double>(arrivals) / dt : 0.0;
         const bool hot = dt > 0.0 && arrivals >= min_burst_tasks && rate > hot_factor * base_;
         if (dt > 0.0) {
@@ -79,6 +83,7 @@ class BurstForecaster {
                 foreseen_ = std::abs(t - next) <= lead + std::max(0.0, dt);
             }
             in_burst_ = true;
+            refused_ = false;
             peak_ = need;
             burst_tasks_ = 0;
             burst_start_ = start;
@@ -91,6 +96,7 @@ class BurstForecaster {
         if (in_burst_) {
             peak_ = std::max(peak_, need);
             burst_tasks_ += arrivals;
+            refused_ = refused_ || saturated;
             if (!hot && queue_length == 0) {
                 in_burst_ = false;
                 learned_peak_ = peak_;
@@ -111,11 +117,16 @@ class BurstForecaster {
             // after a first one is met the same way, up to what it brought so far: bursts
             // repeat their size more often than their timing, and before four starts no timing
             // is known (bursts 2 - 4 of a periodic pattern waited as long as without the
-            // forecaster). A burst smaller than the last asks only for its own tasks.
+            // forecaster). A burst smaller than the last asks only for its own tasks, unless
+            // admission refused some of them: then its arrivals so far are what the queue let
+            // in, not its size (a 400-task burst against a 150-task queue counted ~125 at its
+            // first round, so its next 75 tasks waited for a second round and for their
+            // producer's retry_after), and it gets the last burst's need too.
             if (arriving_ && learned_peak_ > 0) {
-                h.floor = foreseen_ ? learned_peak_
-                                    : static_cast<std::uint32_t>(
-                                          std::min<std::uint64_t>(learned_peak_, burst_tasks_));
+                h.floor = foreseen_ || refused_
+                              ? learned_peak_
+                              : static_cast<std::uint32_t>(
+                                    std::min<std::uint64_t>(learned_peak_, burst_tasks_));
                 h.rate = learned_rate_;
             }
             return h;
@@ -126,9 +137,9 @@ class BurstForecaster {
         const double p = period_s();
         const double lead = std::max(1.1 * round_s, 0.05 * p);
         if (t >= next - lead && t <= next + lead) {
-            // A quarter of the peak: the burst's first round grows the pool growth_factor-fold
-            // from there to the peak, so its first tasks start at once and the rest a tick
-            // later, for a quarter of the idle thread-seconds of pre-starting the whole peak.
+            // An eighth of the peak (prescale_divisor): the burst's first tasks start at once,
+            // and its first round asks for the whole peak, for an eighth of the idle
+            // thread-seconds of pre-starting all of it.
             h.floor = (learned_peak_ + prescale_divisor - 1) / prescale_divisor;
             h.rate = learned_rate_;
         }
@@ -173,6 +184,7 @@ class BurstForecaster {
     bool in_burst_ = false;
     bool foreseen_ = false; // the burst under way started where one was predicted
     bool arriving_ = false; // the last round was hot or left work queued
+    bool refused_ = false;  // admission refused work during the burst under way
     std::uint32_t peak_ = 0;
     std::uint32_t learned_peak_ = 0;
     double learned_rate_ = 0.0;
@@ -409,7 +421,8 @@ class AdaptiveController {
         fc_.observe(t_, dt, arrivals, in.queue_length,
                     std::max({static_cast<std::uint32_t>(std::max(0.0, need)), in.busy_workers,
                               in.peak_busy_workers,
-                              std::min(cfg_.max_workers, in.busy_workers + in.queue_length)}));
+                              std::min(cfg_.max_workers, in.busy_workers + in.queue_length)}),
+                    in.saturated);
 
         double want = need;
         if (want > cap) {

@@ -13,7 +13,7 @@ set(AX_HEADER_LAYERS
     policies.hpp=2 adaptive_controller.hpp=2
     # 3: leaf machinery
     detail/slab.hpp=3 metrics.hpp=3 queue.hpp=3 detail/notifier.hpp=3 detail/error_text.hpp=3
-    detail/hook_caller.hpp=3 detail/sched_stat.hpp=3
+    detail/hook_caller.hpp=3 detail/sched_stat.hpp=3 detail/tick_waker.hpp=3
     # 4: stores (each owns its lock and its data)
     detail/host.hpp=4 detail/history.hpp=4 detail/joins.hpp=4 detail/groups.hpp=4
     detail/telemetry.hpp=4 worker_pool.hpp=4 detail/controller_state.hpp=4

@@ -1213,6 +1213,22 @@ TEST_CASE("two links keep two claims in the server at once; stop hands back what
     CHECK(c.query(ids.back().id)->attempts == 1);
 }
 
+TEST_CASE("the maintenance lock key is the one the schema's SQL takes (no database)",
+          "[pg][logic]") {
+    const std::string key =
+        "pg_try_advisory_xact_lock(" + std::to_string(pg::detail::maintain_lock_key) + ")";
+    int takes = 0;
+    for (const char* m : pg::detail::migrations) {
+        const std::string sql(m);
+        for (auto at = sql.find("pg_try_advisory_xact_lock("); at != std::string::npos;
+             at = sql.find("pg_try_advisory_xact_lock(", at + 1)) {
+            ++takes;
+            CHECK(sql.compare(at, key.size(), key) == 0);
+        }
+    }
+    CHECK(takes >= 1);
+}
+
 TEST_CASE("claim splitting and the batch-size PID (no database)", "[pg][logic]") {
     pg::detail::LaneSplitter sp;
     std::array<std::uint64_t, 3> got{};

@@ -87,9 +87,12 @@ SubmitError SchedulerCore<Clock, Controller>::refusal(Errc code, std::string why
     return SubmitError{code, queue_.length(), queue_.capacity(), {}, std::move(why)};
 }
 
+/// A backpressure refusal (busy, queue_full). Its onset wakes the tick for a controller round
+/// at once (TickWaker); the seed's rule keeps its tick-paced steps.
 template <SchedulerClock Clock, ControllerPolicy Controller>
-SubmitError SchedulerCore<Clock, Controller>::backpressure_error(Errc code,
-                                                                 std::uint32_t len) const {
+SubmitError SchedulerCore<Clock, Controller>::backpressure_error(Errc code, std::uint32_t len) {
+    if constexpr (controller_fast_rounds<Controller>())
+        tick_waker_.poke();
     const std::uint32_t limit = code == Errc::queue_full ? queue_.capacity() : queue_.soft_limit();
     return SubmitError{
         code, len, queue_.capacity(), retry_after(backpressure_excess(len, limit)), {}};

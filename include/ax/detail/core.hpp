@@ -30,6 +30,7 @@
 #include "record.hpp"
 #include "slab.hpp"
 #include "telemetry.hpp"
+#include "tick_waker.hpp"
 
 #include <algorithm>
 #include <array>
@@ -206,7 +207,7 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
 
     // admission.hpp
     SubmitError refusal(Errc code, std::string why = {});
-    SubmitError backpressure_error(Errc code, std::uint32_t len) const;
+    SubmitError backpressure_error(Errc code, std::uint32_t len);
     std::chrono::microseconds retry_after(std::uint32_t excess) const;
     template <class F>
     std::optional<SubmitError> admit_new(F&& f, const SubmitOptions& o, TaskId& id,
@@ -283,6 +284,7 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
     std::uint64_t ticks_ = 0;
     const std::uint64_t watchdog_ticks_;
 
+    TickWaker tick_waker_; // the tick sleeps on it; a refused submit pokes it
     std::jthread ticker_;
     Pool pool_; // last: its threads stop first and may use everything above
 };

@@ -191,8 +191,18 @@ inline void accumulate(SchedCursor& c, std::uint64_t cpu_ns, std::uint64_t wait_
 /// The input computation the tick and the tests' simulator share: the shares of the workers'
 /// busy wall time spent on a CPU and on a runqueue (the rest is blocked). The busy time is at
 /// least CPU + runqueue time (the dispatch loop and idle spinning run outside task bodies).
-/// Both 0 when nothing was measured.
+/// Both 0 when nothing was measured, and when the workers were busy for less than
+/// min_sample_busy_ns in all: such a sample is the wake-up of a few workers (a worker that
+/// started its task microseconds ago has spent its busy time being scheduled, which reads as
+/// CPU-bound work), not the work. A round right at a burst's first refusal sampled 50
+/// pre-scaled workers that way, read a CPU share of 0.84 and capped the burst at 114 workers
+/// instead of 200 (ax_thumbnails --workload bursty-forecast).
+inline constexpr std::int64_t min_sample_busy_ns = 1'000'000;
 inline void shares_from(const SchedDelta& d, double& cpu_share, double& runqueue_share) noexcept {
+    if (d.busy_ns < min_sample_busy_ns) {
+        cpu_share = runqueue_share = 0.0;
+        return;
+    }
     const double cpu = static_cast<double>(d.cpu_ns);
     const double wait = static_cast<double>(d.wait_ns);
     const double wall = std::max(static_cast<double>(d.busy_ns), cpu + wait);

@@ -9,9 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
-#include <mutex>
 #include <stop_token>
 
 /// The maintenance tick: one thread, every dispatch_interval. It re-queues due retries, folds
@@ -21,11 +19,8 @@ namespace ax::detail {
 
 template <SchedulerClock Clock, ControllerPolicy Controller>
 void SchedulerCore<Clock, Controller>::tick_loop(std::stop_token st) {
-    std::mutex m;
-    std::condition_variable_any cv;
-    std::unique_lock lock(m);
     while (!st.stop_requested()) {
-        cv.wait_for(lock, st, cfg_.dispatch_interval, [] { return false; });
+        tick_waker_.wait(st, cfg_.dispatch_interval);
         if (st.stop_requested())
             break;
         tick();
@@ -55,6 +50,7 @@ void SchedulerCore<Clock, Controller>::tick() {
     // last tick (the queue was at a limit then; a producer obeying retry_after keeps it
     // just below the limit most of the time).
     in.saturated = qlen >= queue_.soft_limit() || c.rejected > last_rejected_;
+    tick_waker_.backpressure_seen(in.saturated);
     last_rejected_ = c.rejected;
     in.offered_total = c.incoming + c.rejected;
     telemetry_.update(now, c, qlen, in);

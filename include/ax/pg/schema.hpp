@@ -30,8 +30,11 @@ enum class HistoryState : std::int16_t { succeeded = 1, cancelled = 2, discarded
 namespace detail {
 
 /// Advisory lock keys (arbitrary 64-bit constants): migrations, and the single maintenance runner.
-inline constexpr std::int64_t migrate_lock_key = 0x61782d6d69677274;  // "ax-migrt"
-inline constexpr std::int64_t maintain_lock_key = 0x61782d6d61696e74; // "ax-maint"
+/// The maintenance key is the literal ax.maintain() takes in the migrations' SQL (what runs in
+/// every migrated database, so the constant follows it, not the other way round; test_pg [logic]
+/// checks they agree). An operator can see or take it: SELECT pg_try_advisory_lock(<key>).
+inline constexpr std::int64_t migrate_lock_key = 0x61782d6d69677274; // "ax-migrt"
+inline constexpr std::int64_t maintain_lock_key = 7887330361530609268;
 
 /// Migration n (1-based) is migrations[n - 1]; each runs once, inside the migrate transaction.
 inline constexpr std::array<const char*, schema_version> migrations = {
