@@ -228,10 +228,14 @@ class TaskSlab {
         std::condition_variable cv;
     };
 
-    std::unique_ptr<std::atomic<TaskRecord*>[]> chunks_;
+    // Every at() reads `chunks_` (read-mostly: written once per grow), and every acquire and
+    // release writes `free_head_`: on one cache line, each allocation invalidated the line every
+    // worker's at() read, a miss per record access on the other core (docs/hot-path.md, fourth
+    // look). They sit on lines of their own.
+    alignas(64) std::unique_ptr<std::atomic<TaskRecord*>[]> chunks_;
     std::atomic<std::uint32_t> chunk_count_{0};
-    std::atomic<std::uint64_t> free_head_{0};
-    std::mutex grow_mutex_;
+    alignas(64) std::atomic<std::uint64_t> free_head_{0};
+    alignas(64) std::mutex grow_mutex_;
     Stripe stripes_[wait_stripes];
 };
 
