@@ -2,6 +2,7 @@
 #pragma once
 
 #include "detail/spin_lock.hpp"
+#include "detail/thread_stripe.hpp"
 #include "priority_ring.hpp"
 #include "task.hpp"
 
@@ -129,7 +130,8 @@ template <class Links> class DoubleBufferQueue {
 
     /// A task left the queue (dispatched or cancelled while queued).
     void on_dequeued(Priority p) noexcept {
-        popped_[static_cast<std::size_t>(p)].fetch_add(1, std::memory_order_acq_rel);
+        popped_[thread_stripe<pop_stripes>()].n[static_cast<std::size_t>(p)].fetch_add(
+            1, std::memory_order_acq_rel);
     }
 
     /// Tasks admitted and not yet started, all priorities (may lag by in-flight dequeues).
@@ -144,7 +146,9 @@ template <class Links> class DoubleBufferQueue {
     /// Tasks admitted and not yet started, in one priority lane.
     [[nodiscard]] std::uint32_t length(Priority p) const noexcept {
         const auto i = static_cast<std::size_t>(p);
-        const std::uint32_t popped = popped_[i].load(std::memory_order_acquire);
+        std::uint32_t popped = 0;
+        for (const auto& stripe : popped_)
+            popped += stripe.n[i].load(std::memory_order_acquire);
         return pushed_[i].load(std::memory_order_acquire) - popped;
     }
     /// A length that is never below the true one and costs producers no read of the workers'
@@ -204,9 +208,11 @@ template <class Links> class DoubleBufferQueue {
                pushed_[2].load(std::memory_order_relaxed);
     }
     [[nodiscard]] std::uint32_t popped_total() const noexcept {
-        return popped_[0].load(std::memory_order_acquire) +
-               popped_[1].load(std::memory_order_acquire) +
-               popped_[2].load(std::memory_order_acquire);
+        std::uint32_t popped = 0;
+        for (const auto& stripe : popped_)
+            for (const auto& c : stripe.n)
+                popped += c.load(std::memory_order_acquire);
+        return popped;
     }
 
     SpinLock mutex_;
@@ -232,8 +238,15 @@ template <class Links> class DoubleBufferQueue {
     /// Whether the standby list holds anything: idle workers poll it, so it has a line of its
     /// own rather than one that every push writes.
     alignas(64) std::atomic<bool> nonempty_{false};
-    /// Tasks ever dequeued (started or cancelled while queued), per priority: the workers' line.
-    alignas(64) std::array<std::atomic<std::uint32_t>, priority_count> popped_{};
+    /// Tasks ever dequeued (started or cancelled while queued), per priority, in stripes by
+    /// thread: every worker counts each task it starts, and with one shared line two workers
+    /// bounced it between their cores on every task (docs/hot-path.md, fourth look). Sums wrap
+    /// like the counts themselves; readers (admission at a limit, length()) add the stripes.
+    static constexpr std::size_t pop_stripes = 4;
+    struct alignas(64) PopStripe {
+        std::array<std::atomic<std::uint32_t>, priority_count> n{};
+    };
+    std::array<PopStripe, pop_stripes> popped_{};
 };
 
 } // namespace ax::detail

@@ -225,6 +225,11 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
     void fill(std::int64_t now, WorkerLocal& local) {
         const bool tiny = telemetry_.tasks_are_tiny();
         dispatcher_.fill(now, tiny ? pool_.live() : 1, tiny, local.res);
+        // The ring read each reserved record's link, so its line is here but shared with the
+        // producer that wrote it; each start then writes it (the state CAS). Ask for all of
+        // them writable at once so the upgrades overlap instead of stalling one start each.
+        for (std::size_t k = local.res.next; k < local.res.reserved; ++k)
+            __builtin_prefetch(&slab_->at(local.res.batch[k]), 1);
     }
 
     // conclude.hpp

@@ -6,6 +6,7 @@
 #include "slab.hpp"
 #include "spin_lock.hpp"
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
@@ -47,6 +48,8 @@ class History {
         // Evicted slots are written back over the front of `finished` (never past the entry
         // being read), so a flush allocates nothing.
         std::size_t evicted = 0;
+        std::array<std::uint32_t, Tuning::history_batch> upcoming;
+        std::size_t nupcoming = 0;
         {
             std::lock_guard lock(mutex_);
             for (const auto i : finished) {
@@ -64,7 +67,15 @@ class History {
                 ring_[wrap(head_ + size_)] = i;
                 ++size_;
             }
+            // The next flush evicts these: ask for them now, a batch of tasks ahead, so their
+            // misses are long done when that flush counts their references (the prefetch of
+            // the victims just below comes too late to hide them: they are used at once).
+            if (size_ == ring_.size())
+                for (; nupcoming < upcoming.size() && nupcoming < size_; ++nupcoming)
+                    upcoming[nupcoming] = ring_[wrap(head_ + nupcoming)];
         }
+        for (std::size_t k = 0; k < nupcoming; ++k)
+            __builtin_prefetch(&slab_.at(upcoming[k]), 1);
         // The evicted records were last touched a whole history ago: ask for all of them at once
         // so their misses overlap instead of queueing one behind the other.
         for (std::size_t k = 0; k < evicted; ++k)
