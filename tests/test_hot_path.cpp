@@ -5,11 +5,13 @@
 #include "queue_links.hpp"
 #include "test_support.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <ax/queue.hpp>
 #include <ax/scheduler.hpp>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <mutex>
 #include <random>
@@ -129,6 +131,41 @@ TEST_CASE("the split admission count is exact at the limits", "[hot_path]") {
     CHECK(first); // the swap emptied the standby buffer
     CHECK(q.length() == 8);
     CHECK(q.length(ax::Priority::high) == 3);
+}
+
+TEST_CASE("pops counted on many threads add up: stripes lose no pop", "[hot_path]") {
+    using ax::detail::Admission;
+    // Each thread counts its pops in the stripe its number picks; threads drawn one after
+    // another get distinct stripes, so with more threads than stripes every stripe is written.
+    constexpr std::uint32_t threads = 2 * ax_test::TestQueue::pop_stripes;
+    constexpr std::uint32_t per_thread = 1000;
+    constexpr std::uint32_t total = threads * per_thread;
+    ax_test::TestQueue q(total, total);
+    std::uint32_t len = 0;
+    for (std::uint32_t i = 0; i < total; ++i)
+        REQUIRE(q.try_push(i, ax::Priority::low, len) == Admission::admitted);
+    CHECK(q.try_push(total, ax::Priority::high, len) == Admission::full);
+    std::vector<std::size_t> stripes(threads);
+    std::vector<std::thread> pool;
+    for (std::uint32_t t = 0; t < threads; ++t)
+        pool.emplace_back([&, t] {
+            stripes[t] = ax::detail::thread_stripe<ax_test::TestQueue::pop_stripes>();
+            for (std::uint32_t k = 0; k < per_thread; ++k)
+                q.on_dequeued(ax::Priority::low);
+        });
+    for (auto& th : pool)
+        th.join();
+    std::sort(stripes.begin(), stripes.end());
+    CHECK(std::unique(stripes.begin(), stripes.end()) - stripes.begin() ==
+          static_cast<std::ptrdiff_t>(ax_test::TestQueue::pop_stripes));
+    CHECK(q.length() == 0);
+    CHECK(q.length(ax::Priority::low) == 0);
+    // The producer's stale estimate is at the limit, so it reads every stripe and finds room.
+    std::vector<std::uint32_t> out;
+    REQUIRE(q.swap(out));
+    CHECK(q.try_push(total, ax::Priority::low, len) == Admission::admitted);
+    CHECK(len == 0);
+    CHECK(q.length() == 1);
 }
 
 TEST_CASE("a burst into parked workers while tasks are tiny strands nothing", "[hot_path]") {

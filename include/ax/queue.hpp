@@ -50,6 +50,10 @@ template <class Links> class DoubleBufferQueue {
     using Chain = IntrusiveFifo<Links>;
     static constexpr std::uint32_t none = Chain::none;
 
+    /// Stripes of the pop count (a power of two): enough that a few workers rarely share one,
+    /// few enough that a producer at a limit reads them all cheaply (one line each).
+    static constexpr std::size_t pop_stripes = 4;
+
     DoubleBufferQueue(Links links, std::uint32_t capacity, std::uint32_t soft_limit)
         : links_(links), capacity_(capacity), soft_limit_(soft_limit) {}
 
@@ -242,7 +246,6 @@ template <class Links> class DoubleBufferQueue {
     /// thread: every worker counts each task it starts, and with one shared line two workers
     /// bounced it between their cores on every task (docs/hot-path.md, fourth look). Sums wrap
     /// like the counts themselves; readers (admission at a limit, length()) add the stripes.
-    static constexpr std::size_t pop_stripes = 4;
     struct alignas(64) PopStripe {
         std::array<std::atomic<std::uint32_t>, priority_count> n{};
     };
