@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <ax/detail/notifier.hpp>
 #include <ax/queue.hpp>
 #include <ax/scheduler.hpp>
 #include <catch2/catch.hpp>
@@ -401,4 +402,62 @@ TEST_CASE("the stop state kept in the record's extras is fresh for the slot's ne
     gate.open();
     REQUIRE_THROWS_AS(third->get(), ax::TaskCancelled);
     CHECK(third_stop.load());
+}
+
+TEST_CASE("Notifier: no wake is lost between a worker's check and its sleep", "[hot_path]") {
+    // One worker parks whenever it sees no work; the producer adds one unit, notifies, and waits
+    // for it to be taken. A wake lost in the window between the check and the sleep would leave
+    // the unit untaken (the hang guard fails the test instead of hanging it).
+    ax::detail::Notifier n;
+    std::atomic<int> work{0};
+    std::atomic<int> done{0};
+    std::atomic<bool> stop{false};
+    std::thread worker([&] {
+        while (!stop.load()) {
+            n.park([&] { return work.load() == 0 && !stop.load(); });
+            if (work.load() > 0) {
+                work.fetch_sub(1);
+                done.fetch_add(1);
+            }
+        }
+    });
+    constexpr int rounds = 20000;
+    bool lost = false;
+    for (int i = 0; i < rounds && !lost; ++i) {
+        work.fetch_add(1);
+        n.notify_one();
+        const auto deadline = std::chrono::steady_clock::now() + 10s;
+        while (done.load() != i + 1 && !lost) {
+            std::this_thread::yield();
+            lost = std::chrono::steady_clock::now() > deadline;
+        }
+    }
+    stop.store(true);
+    n.notify_all();
+    worker.join();
+    CHECK_FALSE(lost);
+    CHECK(done.load() == rounds);
+}
+
+TEST_CASE("Notifier::prewake wakes a parked worker and leaves no token when none is parked",
+          "[hot_path]") {
+    ax::detail::Notifier n;
+    // Nobody parked: nothing to wake, and no token may be left for a later park to swallow.
+    n.prewake();
+    std::atomic<int> woke{0};
+    std::atomic<bool> stop{false};
+    std::thread worker([&] {
+        while (!stop.load()) {
+            n.park([&] { return !stop.load(); });
+            woke.fetch_add(1);
+        }
+    });
+    REQUIRE(eventually([&] { return n.parked() == 1; }));
+    std::this_thread::sleep_for(50ms);
+    CHECK(woke.load() == 0); // it sleeps: the early prewake left nothing behind
+    n.prewake();
+    REQUIRE(eventually([&] { return woke.load() >= 1; }));
+    stop.store(true);
+    n.notify_all();
+    worker.join();
 }

@@ -6,21 +6,22 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
-#include <mutex>
 #include <thread>
 
 namespace ax::detail {
 
 /// How idle workers wait for work and how producers wake them, apart from the pool so that
 /// whoever queues work (admission, the dispatcher, the tick) wakes a worker without naming the
-/// pool. Idle workers spin briefly, one at a time, then park on a condition variable; a producer
-/// wakes one parked worker only when nobody spins and no wake is already in flight.
+/// pool. Idle workers spin briefly, one at a time, then park on the wake counter `epoch_` (a
+/// futex through std::atomic::wait); a producer wakes one parked worker only when nobody spins
+/// and no wake is already in flight.
 ///
-/// Lock it owns: `mutex_` (the park mutex) guards `epoch_`, the wake counter parked workers wait
-/// on. Held by park() while it checks and waits, and by notify_one()/notify_all() for one
-/// increment. Never held with any other lock (the predicates park() evaluates take none).
+/// Owns no lock. A parking worker reads `epoch_` before it registers as parked and checks for
+/// work, and sleeps only while `epoch_` still has that value, so a wake that bumps it anywhere
+/// after that read is never lost. It used a mutex and condition variable until the fourth look
+/// at the hot path (docs/hot-path.md): glibc re-takes the mutex of a woken waiter as contended,
+/// so every wake-up paid a second futex call, ~0.3 us, before the worker could look for work.
 class Notifier {
   public:
     /// Tells one parked worker that work arrived. Called after every push; costs a fence and a
@@ -35,20 +36,30 @@ class Notifier {
             return;
         if (waking_.exchange(true, std::memory_order_acq_rel))
             return;
-        {
-            std::lock_guard lock(mutex_);
-            ++epoch_;
-        }
-        cv_.notify_one();
+        epoch_.fetch_add(1, std::memory_order_seq_cst);
+        epoch_.notify_one();
+    }
+
+    /// A wake sent ahead of a push into an idle pool: the woken worker's trip out of the kernel
+    /// (microseconds) then overlaps the producer building and queueing the task instead of
+    /// starting after it. No fence, so it can miss a worker parking right now; that is the job
+    /// of the notify_one() after the push, which this never replaces (and which finds the wake
+    /// in flight and returns). A wake whose push is then refused costs one worker a spin.
+    void prewake() noexcept {
+        if (parked_.load(std::memory_order_relaxed) == 0 ||
+            spinning_.load(std::memory_order_relaxed) != 0 ||
+            waking_.load(std::memory_order_relaxed))
+            return;
+        if (waking_.exchange(true, std::memory_order_acq_rel))
+            return;
+        epoch_.fetch_add(1, std::memory_order_seq_cst);
+        epoch_.notify_one();
     }
 
     /// Wakes every parked worker (many tasks at once, shrink, shutdown).
     void notify_all() noexcept {
-        {
-            std::lock_guard lock(mutex_);
-            ++epoch_;
-        }
-        cv_.notify_all();
+        epoch_.fetch_add(1, std::memory_order_seq_cst);
+        epoch_.notify_all();
     }
 
     /// Spins up to Tuning::idle_spin until `found()` (a lock-free check: work, or a stop) says
@@ -81,16 +92,15 @@ class Notifier {
     /// Sleeps until notified, unless `should_sleep()` (checked after registering as parked, so
     /// a notify in between is never lost) says there is a reason to stay up. The wake token
     /// (waking_) is consumed by whichever worker next passes through here, so a token set after
-    /// every parked worker had left is never stranded. A glibc condition variable (private futex)
-    /// rather than std::atomic::wait, which this libstdc++ implements with shared futexes and a
-    /// page-table walk per call.
+    /// every parked worker had left is never stranded. (This libstdc++'s atomic wait is a shared
+    /// futex, not a private one; measured, its wake costs no more here than the condition
+    /// variable's, and the woken worker has no mutex to give back.)
     template <class ShouldSleep> void park(ShouldSleep&& should_sleep) {
-        std::unique_lock lock(mutex_);
-        const std::uint64_t e = epoch_;
+        const std::uint32_t e = epoch_.load(std::memory_order_seq_cst);
         parked_.fetch_add(1, std::memory_order_seq_cst);
         const bool token = waking_.exchange(false, std::memory_order_acq_rel);
         if (!token && should_sleep()) {
-            cv_.wait(lock, [&] { return epoch_ != e; });
+            epoch_.wait(e, std::memory_order_seq_cst);
             waking_.exchange(false, std::memory_order_acq_rel);
         }
         parked_.fetch_sub(1, std::memory_order_seq_cst);
@@ -102,9 +112,7 @@ class Notifier {
     }
 
   private:
-    std::mutex mutex_;
-    std::condition_variable cv_;
-    std::uint64_t epoch_ = 0; // under mutex_
+    std::atomic<std::uint32_t> epoch_{0};
     alignas(64) std::atomic<std::uint32_t> parked_{0};
     std::atomic<std::uint32_t> spinning_{0};
     std::atomic<bool> waking_{false};
