@@ -34,10 +34,7 @@ class Notifier {
         // way the producer is spared the futex call (about 1-2 us) that dominates tiny tasks.
         if (spinning_.load(std::memory_order_acquire) != 0)
             return;
-        if (waking_.exchange(true, std::memory_order_acq_rel))
-            return;
-        epoch_.fetch_add(1, std::memory_order_seq_cst);
-        epoch_.notify_one();
+        wake_one();
     }
 
     /// A wake sent ahead of a push into an idle pool: the woken worker's trip out of the kernel
@@ -50,10 +47,7 @@ class Notifier {
             spinning_.load(std::memory_order_relaxed) != 0 ||
             waking_.load(std::memory_order_relaxed))
             return;
-        if (waking_.exchange(true, std::memory_order_acq_rel))
-            return;
-        epoch_.fetch_add(1, std::memory_order_seq_cst);
-        epoch_.notify_one();
+        wake_one();
     }
 
     /// Wakes every parked worker (many tasks at once, shrink, shutdown).
@@ -112,6 +106,14 @@ class Notifier {
     }
 
   private:
+    /// Takes the wake token and, unless a wake is already in flight, wakes one parked worker.
+    void wake_one() noexcept {
+        if (waking_.exchange(true, std::memory_order_acq_rel))
+            return;
+        epoch_.fetch_add(1, std::memory_order_seq_cst);
+        epoch_.notify_one();
+    }
+
     std::atomic<std::uint32_t> epoch_{0};
     alignas(64) std::atomic<std::uint32_t> parked_{0};
     std::atomic<std::uint32_t> spinning_{0};
