@@ -229,7 +229,7 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
         // producer that wrote it; each start then writes it (the state CAS). Ask for all of
         // them writable at once so the upgrades overlap instead of stalling one start each.
         for (std::size_t k = local.res.next; k < local.res.reserved; ++k)
-            __builtin_prefetch(&slab_->at(local.res.batch[k]), 1);
+            prefetch_record(slab_->at(local.res.batch[k]));
     }
 
     // conclude.hpp

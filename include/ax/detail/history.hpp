@@ -75,11 +75,11 @@ class History {
                     upcoming[nupcoming] = ring_[wrap(head_ + nupcoming)];
         }
         for (std::size_t k = 0; k < nupcoming; ++k)
-            __builtin_prefetch(&slab_.at(upcoming[k]), 1);
+            prefetch_record(slab_.at(upcoming[k]));
         // The evicted records were last touched a whole history ago: ask for all of them at once
         // so their misses overlap instead of queueing one behind the other.
         for (std::size_t k = 0; k < evicted; ++k)
-            __builtin_prefetch(&slab_.at(finished[k]), 1);
+            prefetch_record(slab_.at(finished[k]));
         for (std::size_t k = 0; k < evicted; ++k)
             forget(slab_.at(finished[k]));
         slab_.release_many(finished.data(), evicted);

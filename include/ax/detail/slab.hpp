@@ -59,7 +59,7 @@ class TaskSlab {
                     // The next acquire reads that slot's link: fetch it while this task is
                     // being built (a worker recycled it, so it sits in that worker's cache).
                     if (next != 0)
-                        __builtin_prefetch(&at(next - 1), 1);
+                        prefetch_record(at(next - 1));
                     return index;
                 }
             }
