@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <ax/detail/enqueue_stamp.hpp>
 #include <ax/detail/notifier.hpp>
 #include <ax/queue.hpp>
 #include <ax/scheduler.hpp>
@@ -460,4 +461,183 @@ TEST_CASE("Notifier::prewake wakes a parked worker and leaves no token when none
     stop.store(true);
     n.notify_all();
     worker.join();
+}
+
+namespace {
+
+/// A model of the TSC against the clock: `ns_per_tick` nanoseconds per tick from `origin`.
+struct TscModel {
+    double ns_per_tick = 1.0 / 2.4; // a 2.4 GHz counter
+    double origin_ns = 1e12;
+    std::uint64_t origin_ticks = 1'000'000;
+    [[nodiscard]] std::int64_t ns_at(std::uint64_t ticks) const {
+        return static_cast<std::int64_t>(origin_ns +
+                                         static_cast<double>(ticks - origin_ticks) * ns_per_tick);
+    }
+    /// Changes the rate from `ticks` on, keeping the clock continuous there.
+    void set_rate(std::uint64_t ticks, double rate) {
+        origin_ns = static_cast<double>(ns_at(ticks));
+        origin_ticks = ticks;
+        ns_per_tick = rate;
+    }
+};
+
+} // namespace
+
+TEST_CASE("enqueue stamps from the TSC are never early, barely late, and read the clock rarely",
+          "[hot_path]") {
+    ax::detail::TscCalibration cal;
+    ax::detail::EnqueueStamper stamper;
+    TscModel tsc;
+    std::mt19937_64 rng(7);
+    std::uint64_t ticks = 2'000'000;
+    std::int64_t previous = 0;
+    std::uint64_t reads = 0;
+    std::uint64_t early = 0, late = 0, backwards = 0;
+    constexpr int n = 400'000;
+    for (int k = 0; k < n; ++k) {
+        ticks += 20 + rng() % 400; // a submit every ~10 - 170 ns
+        const std::int64_t truth = tsc.ns_at(ticks);
+        const std::int64_t s = stamper.stamp(cal, ticks, [&] {
+            ++reads;
+            // The clock is read after the counter: its value is a little later, never earlier.
+            return tsc.ns_at(ticks + 30 + rng() % 60);
+        });
+        early += s < truth ? 1 : 0;
+        late += s > truth + 200 ? 1 : 0;
+        backwards += s < previous ? 1 : 0;
+        previous = s;
+    }
+    CHECK(early == 0);
+    CHECK(late == 0);
+    CHECK(backwards == 0);
+    REQUIRE(cal.rate() != 0);
+    // Calibration takes 2^23 ticks of fresh readings; after it, about one reading per 2,048 ticks.
+    const double ticks_after = static_cast<double>(ticks - 2'000'000) -
+                               static_cast<double>(ax::detail::TscCalibration::calibration_ticks);
+    CHECK(static_cast<double>(reads) < ticks_after / 2048.0 * 1.2 + 40'000.0);
+    CHECK(reads < static_cast<std::uint64_t>(n) / 4);
+    // The rate is an upper bound, and a tight one.
+    const double rate = static_cast<double>(cal.rate()) / 4294967296.0;
+    CHECK(rate >= tsc.ns_per_tick);
+    CHECK(rate <= tsc.ns_per_tick * 1.01);
+}
+
+TEST_CASE("an enqueue stamp rate that falls short of the clock is dropped and measured again",
+          "[hot_path]") {
+    ax::detail::TscCalibration cal;
+    ax::detail::EnqueueStamper stamper;
+    TscModel tsc;
+    std::uint64_t ticks = 2'000'000;
+    const auto stamp = [&] {
+        return stamper.stamp(cal, ticks, [&] { return tsc.ns_at(ticks + 40); });
+    };
+    while (cal.rate() == 0) {
+        ticks += 100'000;
+        stamp();
+    }
+    // The counter now runs at half the speed (a VM moved to another host): each tick is twice
+    // the time. Stamps derived in the meantime may be early (by at most reuse_ticks' worth each);
+    // the rate check, within check_ticks_min of readings, finds the rate short and drops it.
+    tsc.set_rate(ticks, tsc.ns_per_tick * 2);
+    const std::uint64_t changed = ticks;
+    while (cal.rate() != 0 && ticks - changed < 4 * ax::detail::EnqueueStamper::check_ticks_min) {
+        ticks += 97;
+        stamp();
+    }
+    CHECK(cal.rate() == 0);
+    CHECK(ticks - changed <= 2 * ax::detail::EnqueueStamper::check_ticks_min + 4096);
+    // Until it is measured again every stamp is a reading; then they are derived and not early.
+    std::uint64_t early = 0;
+    for (int k = 0; k < 200'000; ++k) {
+        ticks += 97;
+        early += stamp() < tsc.ns_at(ticks) ? 1 : 0;
+    }
+    CHECK(early == 0);
+    REQUIRE(cal.rate() != 0);
+    const double rate = static_cast<double>(cal.rate()) / 4294967296.0;
+    CHECK(rate >= tsc.ns_per_tick);
+    CHECK(rate <= tsc.ns_per_tick * 1.01);
+}
+
+TEST_CASE("a counter behind the last reading (another core's) forces a fresh reading",
+          "[hot_path]") {
+    ax::detail::TscCalibration cal;
+    ax::detail::EnqueueStamper stamper;
+    TscModel tsc;
+    std::uint64_t ticks = 2'000'000;
+    std::uint64_t reads = 0;
+    const auto stamp = [&](std::uint64_t t) {
+        return stamper.stamp(cal, t, [&] {
+            ++reads;
+            return tsc.ns_at(t + 40);
+        });
+    };
+    while (cal.rate() == 0) {
+        ticks += 100'000;
+        stamp(ticks);
+    }
+    stamp(ticks + 4'000); // a fresh reading
+    reads = 0;
+    stamp(ticks + 4'100); // derived
+    CHECK(reads == 0);
+    const std::int64_t behind = stamp(ticks + 3'000); // behind the reading: read the clock
+    CHECK(reads == 1);
+    // Stamps of one thread never go back, even when the clock reading does.
+    CHECK(behind >= tsc.ns_at(ticks + 4'100));
+}
+
+TEST_CASE("query()'s enqueued is not before a time taken before the submit, over many submits",
+          "[hot_path]") {
+    ax::Scheduler sched{fixed(1)};
+    Gate gate;
+    auto blocker = sched.submit([&] { gate.wait(); });
+    REQUIRE(blocker);
+    REQUIRE(eventually([&] { return blocker->state() == ax::TaskState::running; }));
+    // Two submits far enough apart for the process's TSC rate to be measured (2^23 ticks), so
+    // most stamps below are derived from it rather than read.
+    REQUIRE(sched.post([] {}));
+    std::this_thread::sleep_for(20ms);
+    REQUIRE(sched.post([] {}));
+#if defined(__x86_64__) || defined(__i386__)
+    CHECK(ax::detail::TscCalibration::instance().rate() != 0);
+#endif
+    struct Submitted {
+        ax::TaskId id;
+        std::chrono::steady_clock::time_point before, after;
+    };
+    std::vector<Submitted> submitted;
+    constexpr int n = 20'000;
+    submitted.reserve(n);
+    for (int k = 0; k < n; ++k) {
+        Submitted s;
+        s.before = std::chrono::steady_clock::now();
+        auto id = sched.post([] {});
+        s.after = std::chrono::steady_clock::now();
+        REQUIRE(id);
+        s.id = *id;
+        submitted.push_back(s);
+    }
+    // The same across threads: a time taken on another thread before it hands over.
+    std::atomic<std::int64_t> handed{0};
+    std::thread other([&] {
+        handed.store(std::chrono::steady_clock::now().time_since_epoch().count(),
+                     std::memory_order_release);
+    });
+    other.join();
+    const auto cross_before = std::chrono::steady_clock::time_point(
+        std::chrono::steady_clock::duration(handed.load(std::memory_order_acquire)));
+    auto cross = sched.post([] {});
+    REQUIRE(cross);
+    int early = 0, late = 0;
+    for (const auto& s : submitted) {
+        const auto info = sched.query(s.id);
+        REQUIRE(info);
+        early += info->enqueued < s.before ? 1 : 0;
+        late += info->enqueued > s.after + 1us ? 1 : 0;
+    }
+    CHECK(early == 0);
+    CHECK(late == 0);
+    CHECK(sched.query(*cross)->enqueued >= cross_before);
+    gate.open();
 }

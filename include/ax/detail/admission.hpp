@@ -4,6 +4,7 @@
 #include "../errors.hpp"
 #include "../task.hpp"
 #include "core.hpp"
+#include "enqueue_stamp.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -196,8 +197,9 @@ SchedulerCore<Clock, Controller>::admit(const SubmitOptions& o, TaskId& id, bool
         r.ensure_extras().name.assign(o.name);
         r.unlock_extras();
     }
-    const auto now = now_ns();
-    r.enqueue_ns.store(now, std::memory_order_relaxed);
+    // Not a clock call per submit: derived from the TSC between readings, never early
+    // (enqueue_stamp.hpp), so query()'s `enqueued` is still not before a time taken before it.
+    r.enqueue_ns.store(enqueue_stamp_ns<Clock>(), std::memory_order_relaxed);
     r.start_ns.store(0, std::memory_order_relaxed);
     r.finish_ns.store(0, std::memory_order_relaxed);
     r.mark_ns.store(0, std::memory_order_relaxed);
