@@ -444,7 +444,7 @@ TEST_CASE("Notifier::prewake wakes a parked worker and leaves no token when none
           "[hot_path]") {
     ax::detail::Notifier n;
     // Nobody parked: nothing to wake, and no token may be left for a later park to swallow.
-    n.prewake();
+    n.prewake(1);
     std::atomic<int> woke{0};
     std::atomic<bool> stop{false};
     std::thread worker([&] {
@@ -456,7 +456,12 @@ TEST_CASE("Notifier::prewake wakes a parked worker and leaves no token when none
     REQUIRE(eventually([&] { return n.parked() == 1; }));
     std::this_thread::sleep_for(50ms);
     CHECK(woke.load() == 0); // it sleeps: the early prewake left nothing behind
-    n.prewake();
+    // One of two live workers parked: the other is up and the push's notify decides.
+    n.prewake(2);
+    std::this_thread::sleep_for(50ms);
+    CHECK(woke.load() == 0);
+    // Every live worker parked: the pool is asleep, wake one now.
+    n.prewake(1);
     REQUIRE(eventually([&] { return woke.load() >= 1; }));
     stop.store(true);
     n.notify_all();

@@ -165,12 +165,13 @@ SchedulerCore<Clock, Controller>::admit(const SubmitOptions& o, TaskId& id, bool
             return backpressure_error(seen >= queue_.capacity() ? Errc::queue_full : Errc::busy,
                                       seen);
         }
-        // Nothing queued: the pool may be asleep, and its worker needs microseconds to come back
-        // from the kernel. Wake it now, so that overlaps building and queueing this task (the
-        // wake after the push stays; during a stream the queue is seldom empty, so the rule
-        // that tiny tasks wake only on the first push of a swap holds).
-        if (seen == 0)
-            notifier_.prewake();
+        // The whole pool asleep: its worker needs microseconds to come back from the kernel.
+        // Wake it now, so that overlaps building and queueing this task (the wake after the
+        // push stays). Asked of the notifier (parked workers against live ones), not of the
+        // length estimate above: that estimate counts pops only as of the last limit check, so
+        // under a large capacity it never read zero and this wake never happened (found in the
+        // fifth look, docs/hot-path.md).
+        notifier_.prewake(pool_.live());
     }
     auto slot = slab_->acquire();
     if (!slot)

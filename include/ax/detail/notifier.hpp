@@ -39,11 +39,14 @@ class Notifier {
 
     /// A wake sent ahead of a push into an idle pool: the woken worker's trip out of the kernel
     /// (microseconds) then overlaps the producer building and queueing the task instead of
-    /// starting after it. No fence, so it can miss a worker parking right now; that is the job
-    /// of the notify_one() after the push, which this never replaces (and which finds the wake
-    /// in flight and returns). A wake whose push is then refused costs one worker a spin.
-    void prewake() noexcept {
-        if (parked_.load(std::memory_order_relaxed) == 0 ||
+    /// starting after it. Only when all `live` workers are parked (the pool is asleep, so the
+    /// queue is empty): while any worker is up, the push's own notify_one() decides, and tiny
+    /// tasks keep waking only on the first push of a swap. No fence, so it can miss a worker
+    /// parking right now; that is the job of the notify_one() after the push, which this never
+    /// replaces (and which finds the wake in flight and returns). A wake whose push is then
+    /// refused costs one worker a spin.
+    void prewake(std::uint32_t live) noexcept {
+        if (live == 0 || parked_.load(std::memory_order_relaxed) < live ||
             spinning_.load(std::memory_order_relaxed) != 0 ||
             waking_.load(std::memory_order_relaxed))
             return;
