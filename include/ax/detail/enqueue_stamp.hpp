@@ -1,6 +1,8 @@
 // ax — Adaptive eXchange Scheduler. SPDX-License-Identifier: MIT
 #pragma once
 
+#include "../tuning.hpp"
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -101,11 +103,9 @@ class TscCalibration {
 /// synchronised across cores. A counter read on another core that runs behind shows as a
 /// negative gap and forces a fresh reading.
 struct EnqueueStamper {
-    /// Ticks after a fresh reading during which stamps are derived from it (default 2,048,
-    /// ~0.85 µs at 2.4 GHz): a stream of submits reads the clock about once per microsecond.
-    /// Longer reuses more but widens how late a stamp can be (1/256 of it) and how long a
-    /// wrong rate could go unnoticed.
-    static constexpr std::uint64_t reuse_ticks = 2048;
+    /// Ticks after a fresh reading during which stamps are derived from it
+    /// (Tuning::enqueue_stamp_ticks).
+    static constexpr std::uint64_t reuse_ticks = Tuning::enqueue_stamp_ticks;
 
     /// Ticks between two readings that check the rate (2^20, ~0.44 ms at 2.4 GHz): long enough
     /// that a reading made late by a preemption (a few µs) barely moves the comparison.
@@ -172,7 +172,8 @@ template <class Clock> std::int64_t enqueue_stamp_ns() noexcept {
             .count();
     };
 #if defined(__x86_64__) || defined(__i386__)
-    if constexpr (std::is_same_v<Clock, std::chrono::steady_clock>) {
+    if constexpr (std::is_same_v<Clock, std::chrono::steady_clock> &&
+                  Tuning::enqueue_stamp_ticks != 0) {
         thread_local EnqueueStamper stamper;
         return stamper.stamp(TscCalibration::instance(), __rdtsc(), read);
     }
