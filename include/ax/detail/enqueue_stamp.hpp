@@ -21,9 +21,10 @@ namespace ax::detail {
 /// derived from it is never early. Process-wide (the TSC and the clock are), lock-free; shared
 /// by every scheduler and every submitting thread.
 ///
-/// Self-checking: each fresh clock reading a stamper takes is compared with what the rate
-/// predicted since that stamper's previous reading, and a rate that undershot by more than
-/// jitter explains is dropped and measured again (a migrated VM, a changed TSC frequency).
+/// Self-checking: a stamper's fresh clock readings are compared, at least
+/// EnqueueStamper::check_ticks_min apart, with what the rate predicted, and a rate that
+/// undershot by more than jitter explains is dropped and measured again (a migrated VM, a
+/// changed TSC frequency).
 class TscCalibration {
   public:
     /// Ticks between the anchor reading and the one that fixes the rate (2^23, ~3.4 ms at
@@ -94,8 +95,11 @@ class TscCalibration {
 ///
 /// Why a stamp is never early: the counter is read before the clock, so the reading is at least
 /// as late as the counter value it is paired with; the elapsed ticks are converted at a rate no
-/// lower than the true one; so a stamp is at least the clock's value at the moment its own
-/// counter read executed, which is after anything that happened before the submit. How late it
+/// lower than the true one (the 1/256 margin holds NTP's slew of the clock, at most 500 ppm;
+/// a change the margin does not cover, beyond 1/32, is caught by check(), and one between the
+/// two makes a stamp early by at most ~25 ns, about what the reading's own gap adds); so a stamp
+/// is at least the clock's value at the moment its own counter read executed, which is after
+/// anything that happened before the submit. How late it
 /// can be: the clock call's own duration (~30 ns) plus 1/256 of at most `reuse_ticks` (~1 µs),
 /// so a few tens of nanoseconds. Stamps from one thread never decrease.
 ///
