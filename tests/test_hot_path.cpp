@@ -171,12 +171,12 @@ TEST_CASE("pops counted on many threads add up: stripes lose no pop", "[hot_path
 }
 
 TEST_CASE("a burst into parked workers while tasks are tiny strands nothing", "[hot_path]") {
+    Gate gate; // before the scheduler: bodies may still read it while sched drains
+    std::atomic<int> started{0};
     ax::Scheduler sched{fixed(4)};
     run_tiny(sched, 20'000);
     // Let a tick publish the tiny mean duration and the workers park.
     std::this_thread::sleep_for(100ms);
-    Gate gate;
-    std::atomic<int> started{0};
     for (int i = 0; i < 4; ++i)
         REQUIRE(sched.post([&] {
             started.fetch_add(1);
@@ -594,8 +594,8 @@ TEST_CASE("a counter behind the last reading (another core's) forces a fresh rea
 
 TEST_CASE("query()'s enqueued is not before a time taken before the submit, over many submits",
           "[hot_path]") {
+    Gate gate; // before the scheduler: the blocker's body still reads it while sched drains
     ax::Scheduler sched{fixed(1)};
-    Gate gate;
     auto blocker = sched.submit([&] { gate.wait(); });
     REQUIRE(blocker);
     REQUIRE(eventually([&] { return blocker->state() == ax::TaskState::running; }));
