@@ -487,6 +487,31 @@ struct TscModel {
     }
 };
 
+/// A stamper over a modelled counter whose clock is read 40 ns after the counter; counts the
+/// clock reads.
+struct ModelledStamper {
+    ax::detail::TscCalibration cal;
+    ax::detail::EnqueueStamper stamper;
+    TscModel tsc;
+    std::uint64_t reads = 0;
+
+    std::int64_t stamp(std::uint64_t ticks) {
+        return stamper.stamp(cal, ticks, [&] {
+            ++reads;
+            return tsc.ns_at(ticks + 40);
+        });
+    }
+    /// Stamps 100,000 ticks apart (every one a reading) from `ticks` on until the rate is known.
+    void calibrate(std::uint64_t& ticks) {
+        while (cal.rate() == 0) {
+            ticks += 100'000;
+            stamp(ticks);
+        }
+    }
+    /// The calibrated rate in nanoseconds per tick.
+    [[nodiscard]] double rate() const { return static_cast<double>(cal.rate()) / 4294967296.0; }
+};
+
 } // namespace
 
 TEST_CASE("enqueue stamps from the TSC are never early, barely late, and read the clock rarely",
@@ -530,66 +555,45 @@ TEST_CASE("enqueue stamps from the TSC are never early, barely late, and read th
 
 TEST_CASE("an enqueue stamp rate that falls short of the clock is dropped and measured again",
           "[hot_path]") {
-    ax::detail::TscCalibration cal;
-    ax::detail::EnqueueStamper stamper;
-    TscModel tsc;
+    ModelledStamper m;
     std::uint64_t ticks = 2'000'000;
-    const auto stamp = [&] {
-        return stamper.stamp(cal, ticks, [&] { return tsc.ns_at(ticks + 40); });
-    };
-    while (cal.rate() == 0) {
-        ticks += 100'000;
-        stamp();
-    }
+    m.calibrate(ticks);
     // The counter now runs at half the speed (a VM moved to another host): each tick is twice
     // the time. Stamps derived in the meantime may be early (by at most reuse_ticks' worth each);
     // the rate check, within check_ticks_min of readings, finds the rate short and drops it.
-    tsc.set_rate(ticks, tsc.ns_per_tick * 2);
+    m.tsc.set_rate(ticks, m.tsc.ns_per_tick * 2);
     const std::uint64_t changed = ticks;
-    while (cal.rate() != 0 && ticks - changed < 4 * ax::detail::EnqueueStamper::check_ticks_min) {
+    while (m.cal.rate() != 0 && ticks - changed < 4 * ax::detail::EnqueueStamper::check_ticks_min) {
         ticks += 97;
-        stamp();
+        m.stamp(ticks);
     }
-    CHECK(cal.rate() == 0);
+    CHECK(m.cal.rate() == 0);
     CHECK(ticks - changed <= 2 * ax::detail::EnqueueStamper::check_ticks_min + 4096);
     // Until it is measured again every stamp is a reading; then they are derived and not early.
     std::uint64_t early = 0;
     for (int k = 0; k < 200'000; ++k) {
         ticks += 97;
-        early += stamp() < tsc.ns_at(ticks) ? 1 : 0;
+        early += m.stamp(ticks) < m.tsc.ns_at(ticks) ? 1 : 0;
     }
     CHECK(early == 0);
-    REQUIRE(cal.rate() != 0);
-    const double rate = static_cast<double>(cal.rate()) / 4294967296.0;
-    CHECK(rate >= tsc.ns_per_tick);
-    CHECK(rate <= tsc.ns_per_tick * 1.01);
+    REQUIRE(m.cal.rate() != 0);
+    CHECK(m.rate() >= m.tsc.ns_per_tick);
+    CHECK(m.rate() <= m.tsc.ns_per_tick * 1.01);
 }
 
 TEST_CASE("a counter behind the last reading (another core's) forces a fresh reading",
           "[hot_path]") {
-    ax::detail::TscCalibration cal;
-    ax::detail::EnqueueStamper stamper;
-    TscModel tsc;
+    ModelledStamper m;
     std::uint64_t ticks = 2'000'000;
-    std::uint64_t reads = 0;
-    const auto stamp = [&](std::uint64_t t) {
-        return stamper.stamp(cal, t, [&] {
-            ++reads;
-            return tsc.ns_at(t + 40);
-        });
-    };
-    while (cal.rate() == 0) {
-        ticks += 100'000;
-        stamp(ticks);
-    }
-    stamp(ticks + 4'000); // a fresh reading
-    reads = 0;
-    stamp(ticks + 4'100); // derived
-    CHECK(reads == 0);
-    const std::int64_t behind = stamp(ticks + 3'000); // behind the reading: read the clock
-    CHECK(reads == 1);
+    m.calibrate(ticks);
+    m.stamp(ticks + 4'000); // a fresh reading
+    m.reads = 0;
+    m.stamp(ticks + 4'100); // derived
+    CHECK(m.reads == 0);
+    const std::int64_t behind = m.stamp(ticks + 3'000); // behind the reading: read the clock
+    CHECK(m.reads == 1);
     // Stamps of one thread never go back, even when the clock reading does.
-    CHECK(behind >= tsc.ns_at(ticks + 4'100));
+    CHECK(behind >= m.tsc.ns_at(ticks + 4'100));
 }
 
 TEST_CASE("query()'s enqueued is not before a time taken before the submit, over many submits",
