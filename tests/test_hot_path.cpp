@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <ax/detail/enqueue_stamp.hpp>
+#include <ax/detail/futex.hpp>
 #include <ax/detail/notifier.hpp>
 #include <ax/queue.hpp>
 #include <ax/scheduler.hpp>
@@ -404,6 +405,61 @@ TEST_CASE("the stop state kept in the record's extras is fresh for the slot's ne
     REQUIRE_THROWS_AS(third->get(), ax::TaskCancelled);
     CHECK(third_stop.load());
 }
+
+TEST_CASE("Futex: a wait returns when the word changed, one wake wakes one, all wake all",
+          "[hot_path]") {
+    using ax::detail::Futex;
+    std::atomic<std::uint32_t> word{0};
+    Futex::wait(word, 7); // the word is not 7: returns at once instead of sleeping
+    std::atomic<int> entered{0};
+    std::atomic<int> woke{0};
+    std::vector<std::thread> sleepers;
+    for (int i = 0; i < 3; ++i)
+        sleepers.emplace_back([&] {
+            entered.fetch_add(1);
+            Futex::wait(word, 0);
+            woke.fetch_add(1);
+        });
+    REQUIRE(eventually([&] { return entered.load() == 3; }));
+    std::this_thread::sleep_for(100ms); // time to reach the kernel, generously
+    CHECK(woke.load() == 0);            // asleep while the word holds 0
+    word.store(1);
+    Futex::wake_one(word);
+    REQUIRE(eventually([&] { return woke.load() >= 1; }));
+    std::this_thread::sleep_for(50ms);
+    CHECK(woke.load() == 1); // one wake, one sleeper up; the others sleep until woken
+    Futex::wake_all(word);
+    REQUIRE(eventually([&] { return woke.load() == 3; }));
+    for (auto& t : sleepers)
+        t.join();
+}
+
+#if defined(__linux__) && defined(SYS_futex)
+TEST_CASE("Futex sleeps on a process-private futex (a shared wake does not reach it)",
+          "[hot_path]") {
+    // The idle wake-up's speed rests on the private futex (futex.hpp): a fall back to
+    // std::atomic::wait (libstdc++: a shared futex) would let the shared wake below through.
+    using ax::detail::Futex;
+    std::atomic<std::uint32_t> word{0};
+    std::atomic<bool> entered{false};
+    std::atomic<bool> woke{false};
+    std::thread sleeper([&] {
+        entered.store(true);
+        Futex::wait(word, 0);
+        woke.store(true);
+    });
+    REQUIRE(eventually([&] { return entered.load(); }));
+    std::this_thread::sleep_for(100ms); // time to reach the kernel, generously
+    word.store(1);
+    auto* addr = reinterpret_cast<std::uint32_t*>(&word);
+    ::syscall(SYS_futex, addr, 1 /* FUTEX_WAKE, shared */, 1, nullptr, nullptr, 0);
+    std::this_thread::sleep_for(100ms);
+    CHECK_FALSE(woke.load());
+    Futex::wake_one(word);
+    REQUIRE(eventually([&] { return woke.load(); }));
+    sleeper.join();
+}
+#endif
 
 TEST_CASE("Notifier: no wake is lost between a worker's check and its sleep", "[hot_path]") {
     // One worker parks whenever it sees no work; the producer adds one unit, notifies, and waits

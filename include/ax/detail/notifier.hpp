@@ -2,6 +2,7 @@
 #pragma once
 
 #include "../tuning.hpp"
+#include "futex.hpp"
 #include "spin_lock.hpp"
 
 #include <atomic>
@@ -14,7 +15,7 @@ namespace ax::detail {
 /// How idle workers wait for work and how producers wake them, apart from the pool so that
 /// whoever queues work (admission, the dispatcher, the tick) wakes a worker without naming the
 /// pool. Idle workers spin briefly, one at a time, then park on the wake counter `epoch_` (a
-/// futex through std::atomic::wait); a producer wakes one parked worker only when nobody spins
+/// process-private futex, futex.hpp); a producer wakes one parked worker only when nobody spins
 /// and no wake is already in flight.
 ///
 /// Owns no lock. A parking worker reads `epoch_` before it registers as parked and checks for
@@ -56,7 +57,7 @@ class Notifier {
     /// Wakes every parked worker (many tasks at once, shrink, shutdown).
     void notify_all() noexcept {
         epoch_.fetch_add(1, std::memory_order_seq_cst);
-        epoch_.notify_all();
+        Futex::wake_all(epoch_);
     }
 
     /// Spins up to Tuning::idle_spin until `found()` (a lock-free check: work, or a stop) says
@@ -89,15 +90,17 @@ class Notifier {
     /// Sleeps until notified, unless `should_sleep()` (checked after registering as parked, so
     /// a notify in between is never lost) says there is a reason to stay up. The wake token
     /// (waking_) is consumed by whichever worker next passes through here, so a token set after
-    /// every parked worker had left is never stranded. (This libstdc++'s atomic wait is a shared
-    /// futex, not a private one; measured, its wake costs no more here than the condition
-    /// variable's, and the woken worker has no mutex to give back.)
+    /// every parked worker had left is never stranded. (Not std::atomic::wait: libstdc++ makes
+    /// that a shared futex, which cost each idle wake-up about 0.6 us more, futex.hpp.)
     template <class ShouldSleep> void park(ShouldSleep&& should_sleep) {
         const std::uint32_t e = epoch_.load(std::memory_order_seq_cst);
         parked_.fetch_add(1, std::memory_order_seq_cst);
         const bool token = waking_.exchange(false, std::memory_order_acq_rel);
         if (!token && should_sleep()) {
-            epoch_.wait(e, std::memory_order_seq_cst);
+            for (std::uint32_t i = 0;
+                 i < Tuning::park_yields && epoch_.load(std::memory_order_seq_cst) == e; ++i)
+                std::this_thread::yield();
+            Futex::wait(epoch_, e);
             waking_.exchange(false, std::memory_order_acq_rel);
         }
         parked_.fetch_sub(1, std::memory_order_seq_cst);
@@ -114,7 +117,7 @@ class Notifier {
         if (waking_.exchange(true, std::memory_order_acq_rel))
             return;
         epoch_.fetch_add(1, std::memory_order_seq_cst);
-        epoch_.notify_one();
+        Futex::wake_one(epoch_);
     }
 
     std::atomic<std::uint32_t> epoch_{0};
