@@ -100,7 +100,7 @@ struct Tuning {
     /// An idle spin yields the CPU every this many polls (a power of two, default 16), so on an
     /// oversubscribed machine the spinner does not starve the producer.
     static constexpr std::uint32_t idle_spin_yield_every = 16;
-    /// Before a worker that did not spin goes to sleep, it yields this many times, checking for a
+    /// Before a parking worker goes to sleep, it yields up to this many times, checking for a
     /// wake after each (default 4, what libstdc++'s atomic wait did before the notifier called
     /// the futex itself). A wake that lands in those yields costs neither side a sleep: more
     /// yields catch more of them on a busy machine, at one sched_yield call each when idle.

@@ -91,7 +91,7 @@ class Notifier {
     /// a notify in between is never lost) says there is a reason to stay up. The wake token
     /// (waking_) is consumed by whichever worker next passes through here, so a token set after
     /// every parked worker had left is never stranded. (Not std::atomic::wait: libstdc++ makes
-    /// that a shared futex, which cost each idle wake-up about 0.6 us more, futex.hpp.)
+    /// that a shared futex, which cost each idle wake-up about 0.5 us more, futex.hpp.)
     template <class ShouldSleep> void park(ShouldSleep&& should_sleep) {
         const std::uint32_t e = epoch_.load(std::memory_order_seq_cst);
         parked_.fetch_add(1, std::memory_order_seq_cst);
