@@ -609,16 +609,20 @@ TEST_CASE("timeouts: measured from the last heartbeat, then retried or dead-lett
     cfg.max_workers = 2;
     cfg.retry_base_delay = 0ms;
     cfg.retry_jitter = 0ms;
+    // Declared before the scheduler: a timed-out body still runs after its handle is dead-lettered
+    // (the watchdog does not wait for it), so what it touches must outlive the pool.
+    std::atomic<bool> saw_token_stop{false};
+    std::atomic<bool> body_returned{false};
     Sched sched{cfg};
 
     SECTION("an attempt without heartbeats times out; stop is requested") {
-        std::atomic<bool> saw_token_stop{false};
         auto h = sched.submit(
             [&](ax::TaskContext& ctx) {
                 auto token = ctx.stop_token();
                 while (!ctx.stop_requested())
                     std::this_thread::sleep_for(100us);
                 saw_token_stop = token.stop_requested();
+                body_returned = true;
                 return 1;
             },
             {.timeout = 1000ms, .max_retries = 0});
@@ -629,6 +633,8 @@ TEST_CASE("timeouts: measured from the last heartbeat, then retried or dead-lett
         CHECK(h->state() == ax::TaskState::running);
         ax::ManualClock::advance(1500ms);
         REQUIRE_THROWS_AS(h->get(), ax::TaskTimedOut);
+        // The handle ends when the watchdog gives up on the attempt, not when the body returns.
+        REQUIRE(eventually([&] { return body_returned.load(); }));
         CHECK(saw_token_stop);
         auto q = sched.query(id);
         REQUIRE(q);
