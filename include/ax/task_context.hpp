@@ -39,7 +39,11 @@ class TaskContext {
             [this]() noexcept { return detached(); }); // re-checked under the record's lock
         return token ? *token : stopped_token();
     }
-    /// Whether a stop was requested; cheaper than stop_token() (one atomic load).
+    /// Whether a stop was requested; cheaper than stop_token() (one atomic load). It can turn
+    /// true a moment before a token from stop_token() reports the stop (and before that token's
+    /// std::stop_callback runs): the scheduler marks the attempt first and then requests stop on
+    /// the token, so a token made in between cannot miss it. Code that hands the token on and
+    /// needs the two to agree should wait on the token itself.
     [[nodiscard]] bool stop_requested() const noexcept {
         return (record_->state.load(std::memory_order_acquire) & detail::stop_bits) != 0 ||
                detached();
