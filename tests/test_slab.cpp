@@ -2,8 +2,10 @@
 // and ax::TaskId.
 #include <atomic>
 #include <ax/detail/callable.hpp>
+#include <ax/detail/huge_region.hpp>
 #include <ax/detail/slab.hpp>
 #include <ax/task.hpp>
+#include <ax/tuning.hpp>
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <exception>
@@ -98,6 +100,55 @@ TEST_CASE("TaskSlab grows past one chunk", "[slab]") {
     CHECK(&slab->at(TaskSlab::chunk_size) != &slab->at(0));
     slab->at(TaskSlab::chunk_size + 3).refs.store(1);
     CHECK(slab->at(TaskSlab::chunk_size + 3).refs.load() == 1);
+}
+
+TEST_CASE("TaskSlab takes chunks past slab_huge_after_chunks from 2 MiB regions and frees them",
+          "[slab]") {
+    using ax::detail::HugeRegion;
+    constexpr std::uint32_t plain = ax::Tuning::slab_huge_after_chunks;
+    constexpr std::uint32_t per_region = static_cast<std::uint32_t>(
+        HugeRegion::bytes / (std::size_t{TaskSlab::chunk_size} * sizeof(TaskRecord)));
+    static_assert(per_region >= 2);
+    // Two regions' worth and a bit: the second region starts a fresh mapping.
+    const std::uint32_t chunks = plain + per_region + 2;
+    auto slab = std::make_unique<TaskSlab>();
+    std::vector<std::uint32_t> got;
+    got.reserve(std::size_t{chunks} * TaskSlab::chunk_size);
+    for (std::uint32_t i = 0; i < chunks * TaskSlab::chunk_size; ++i)
+        got.push_back(acquire_owned(*slab));
+    CHECK(slab->capacity() == std::size_t{chunks} * TaskSlab::chunk_size);
+    CHECK(std::set<std::uint32_t>(got.begin(), got.end()).size() == got.size());
+    const auto addr = [&](std::uint32_t chunk) {
+        return reinterpret_cast<std::uintptr_t>(&slab->at(chunk * TaskSlab::chunk_size));
+    };
+#if defined(__linux__)
+    // Each region starts on a 2 MiB boundary and its chunks follow one another.
+    CHECK(addr(plain) % HugeRegion::bytes == 0);
+    CHECK(addr(plain + 1) == addr(plain) + TaskSlab::chunk_size * sizeof(TaskRecord));
+    CHECK(addr(plain + per_region) % HugeRegion::bytes == 0);
+#endif
+    CHECK(addr(plain - 1) % alignof(TaskRecord) == 0);
+    // Records in a region chunk work like any other, and the slab's destructor destroys them:
+    // a callable and extras left in one are freed with the slab (LeakSanitizer and the weak
+    // pointer would both see them otherwise).
+    const std::uint32_t i = (plain + per_region) * TaskSlab::chunk_size + 7;
+    TaskRecord& r = slab->at(i);
+    auto alive = std::make_shared<int>(1);
+    std::weak_ptr<int> watch = alive;
+    auto fn = [keep = std::move(alive)] { return *keep; };
+    ax::detail::storage_emplace<decltype(fn)>(r, std::move(fn));
+    r.manager = &ax::detail::manage<decltype(fn)>;
+    r.content = ax::detail::Content::callable;
+    r.ensure_extras().name = "kept in a region record";
+    // Recycling still works across plain and region chunks.
+    slab->release(got[5]);
+    slab->release(got.back());
+    const auto again = slab->acquire();
+    REQUIRE(again.has_value());
+    CHECK(*again == got.back());
+    CHECK_FALSE(watch.expired());
+    slab.reset();
+    CHECK(watch.expired());
 }
 
 TEST_CASE("TaskSlab: a freshly acquired slot has a valid (non-zero) generation", "[slab]") {

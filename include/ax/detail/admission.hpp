@@ -173,6 +173,10 @@ SchedulerCore<Clock, Controller>::admit(const SubmitOptions& o, TaskId& id, bool
         // fifth look, docs/hot-path.md).
         notifier_.prewake(pool_.live());
     }
+    // Read here, ahead of the slot's compare-exchange: the counter read then overlaps it rather
+    // than waiting behind it (docs/hot-path.md, seventh look). Still after the submit began, so
+    // never early.
+    const std::int64_t enqueued = enqueue_stamp_ns<Clock>();
     auto slot = slab_->acquire();
     if (!slot)
         return refusal(Errc::too_many_tasks);
@@ -200,7 +204,7 @@ SchedulerCore<Clock, Controller>::admit(const SubmitOptions& o, TaskId& id, bool
     }
     // Not a clock call per submit: derived from the TSC between readings, never early
     // (enqueue_stamp.hpp), so query()'s `enqueued` is still not before a time taken before it.
-    r.enqueue_ns.store(enqueue_stamp_ns<Clock>(), std::memory_order_relaxed);
+    r.enqueue_ns.store(enqueued, std::memory_order_relaxed);
     r.start_ns.store(0, std::memory_order_relaxed);
     r.finish_ns.store(0, std::memory_order_relaxed);
     r.mark_ns.store(0, std::memory_order_relaxed);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "../tuning.hpp"
+#include "huge_region.hpp"
 #include "record.hpp"
 
 #include <atomic>
@@ -10,8 +11,10 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <stop_token>
+#include <vector>
 
 namespace ax::detail {
 
@@ -19,7 +22,11 @@ namespace ax::detail {
 /// indices, and the striped mutex/condvar table that blocking waits park on. Shared by the
 /// scheduler and every handle, so a handle outlives its scheduler safely.
 ///
-/// Locks it owns: `grow_mutex_` guards appending a chunk (grow() only); each wait stripe's mutex
+/// Chunks past Tuning::slab_huge_after_chunks come from 2 MiB huge-page regions (HugeRegion),
+/// 18 to a region, where the platform has them; the others from new[].
+///
+/// Locks it owns: `grow_mutex_` guards appending a chunk and the region bookkeeping (`regions_`,
+/// `region_next_`, `region_room_`; grow() only, and the destructor); each wait stripe's mutex
 /// guards nothing but its condvar's wait (wait_terminal, notify_waiters). The free list is
 /// lock-free (a Treiber stack tagged against ABA). No other lock is ever held with these.
 class TaskSlab {
@@ -37,8 +44,21 @@ class TaskSlab {
     TaskSlab& operator=(const TaskSlab&) = delete;
     ~TaskSlab() {
         const auto n = chunk_count_.load(std::memory_order_acquire);
-        for (std::uint32_t i = 0; i < n; ++i)
-            delete[] chunks_[i].load(std::memory_order_relaxed);
+        std::size_t region = 0; // regions_ is in chunk order
+        for (std::uint32_t i = 0; i < n; ++i) {
+            TaskRecord* chunk = chunks_[i].load(std::memory_order_relaxed);
+            while (region < regions_.size() &&
+                   i >= regions_[region].first_chunk + regions_[region].chunks)
+                ++region;
+            if (region < regions_.size() && i >= regions_[region].first_chunk) {
+                for (std::uint32_t k = 0; k < chunk_size; ++k)
+                    chunk[k].~TaskRecord();
+            } else {
+                delete[] chunk;
+            }
+        }
+        for (const Region& r : regions_)
+            HugeRegion::unmap(r.base);
     }
 
     [[nodiscard]] TaskRecord& at(std::uint32_t index) const noexcept {
@@ -165,7 +185,7 @@ class TaskSlab {
         const auto n = chunk_count_.load(std::memory_order_relaxed);
         if (n == max_chunks)
             return false;
-        auto* chunk = new TaskRecord[chunk_size];
+        TaskRecord* chunk = allocate_chunk(n);
         chunks_[n].store(chunk, std::memory_order_release);
         chunk_count_.store(n + 1, std::memory_order_release);
         // Chain the new slots in index order (low indices come out first, friendlier to caches)
@@ -182,6 +202,34 @@ class TaskSlab {
         } while (!free_head_.compare_exchange_weak(head, tagged, std::memory_order_release,
                                                    std::memory_order_relaxed));
         return true;
+    }
+
+    /// Chunk `n`'s records, default-constructed. Under grow_mutex_.
+    TaskRecord* allocate_chunk(std::uint32_t n) {
+        if (n >= Tuning::slab_huge_after_chunks) {
+            if (region_room_ == 0) {
+                if (void* base = HugeRegion::map()) {
+                    try {
+                        regions_.push_back(Region{base, n, 0});
+                    } catch (...) {
+                        HugeRegion::unmap(base);
+                        throw;
+                    }
+                    region_next_ = static_cast<unsigned char*>(base);
+                    region_room_ = chunks_per_region;
+                }
+            }
+            if (region_room_ != 0) {
+                auto* chunk = reinterpret_cast<TaskRecord*>(region_next_);
+                for (std::uint32_t k = 0; k < chunk_size; ++k)
+                    ::new (static_cast<void*>(chunk + k)) TaskRecord(); // noexcept
+                region_next_ += chunk_bytes;
+                --region_room_;
+                ++regions_.back().chunks;
+                return chunk;
+            }
+        }
+        return new TaskRecord[chunk_size];
     }
 
     void push_free(std::uint32_t index) noexcept {
@@ -236,6 +284,22 @@ class TaskSlab {
     std::atomic<std::uint32_t> chunk_count_{0};
     alignas(64) std::atomic<std::uint64_t> free_head_{0};
     alignas(64) std::mutex grow_mutex_;
+
+    static constexpr std::size_t chunk_bytes = std::size_t{chunk_size} * sizeof(TaskRecord);
+    static constexpr std::uint32_t chunks_per_region =
+        static_cast<std::uint32_t>(HugeRegion::bytes / chunk_bytes);
+    static_assert(chunks_per_region >= 1, "a huge-page region holds at least one chunk");
+    static_assert(chunk_bytes % alignof(TaskRecord) == 0);
+    /// A huge-page region and the consecutive chunks carved from it.
+    struct Region {
+        void* base;
+        std::uint32_t first_chunk;
+        std::uint32_t chunks;
+    };
+    std::vector<Region> regions_;
+    unsigned char* region_next_ = nullptr;
+    std::uint32_t region_room_ = 0; ///< chunks still free in regions_.back()
+
     Stripe stripes_[wait_stripes];
 };
 
