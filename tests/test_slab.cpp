@@ -32,6 +32,17 @@ std::uint32_t acquire_owned(TaskSlab& slab) {
     return *slot;
 }
 
+// Puts a callable in `r` whose destruction the returned pointer observes (it expires then).
+std::weak_ptr<int> place_observed_callable(TaskRecord& r) {
+    auto alive = std::make_shared<int>(1);
+    std::weak_ptr<int> watch = alive;
+    auto fn = [keep = std::move(alive)] { return *keep; };
+    ax::detail::storage_emplace<decltype(fn)>(r, std::move(fn));
+    r.manager = &ax::detail::manage<decltype(fn)>;
+    r.content = ax::detail::Content::callable;
+    return watch;
+}
+
 } // namespace
 
 TEST_CASE("TaskId packs index and generation", "[slab]") {
@@ -133,12 +144,7 @@ TEST_CASE("TaskSlab takes chunks past slab_huge_after_chunks from 2 MiB regions 
     // pointer would both see them otherwise).
     const std::uint32_t i = (plain + per_region) * TaskSlab::chunk_size + 7;
     TaskRecord& r = slab->at(i);
-    auto alive = std::make_shared<int>(1);
-    std::weak_ptr<int> watch = alive;
-    auto fn = [keep = std::move(alive)] { return *keep; };
-    ax::detail::storage_emplace<decltype(fn)>(r, std::move(fn));
-    r.manager = &ax::detail::manage<decltype(fn)>;
-    r.content = ax::detail::Content::callable;
+    const std::weak_ptr<int> watch = place_observed_callable(r);
     r.ensure_extras().name = "kept in a region record";
     // Recycling still works across plain and region chunks.
     slab->release(got[5]);
@@ -198,13 +204,7 @@ TEST_CASE("TaskSlab recycle destroys content and clears extras", "[slab]") {
     auto slab = std::make_unique<TaskSlab>();
     const std::uint32_t i = acquire_owned(*slab);
     TaskRecord& r = slab->at(i);
-    // A callable whose destruction is observable.
-    auto alive = std::make_shared<int>(1);
-    std::weak_ptr<int> watch = alive;
-    auto fn = [keep = std::move(alive)] { return *keep; };
-    ax::detail::storage_emplace<decltype(fn)>(r, std::move(fn));
-    r.manager = &ax::detail::manage<decltype(fn)>;
-    r.content = ax::detail::Content::callable;
+    const std::weak_ptr<int> watch = place_observed_callable(r);
     r.set_final_error(std::make_exception_ptr(std::runtime_error("boom")));
     CHECK(r.final_error() != nullptr);
     r.ensure_extras().name = "job";
