@@ -76,11 +76,14 @@ void SchedulerCore<Clock, Controller>::conclude_failure(TaskRecord& r, std::uint
         // The timed-out flag belonged to this attempt; the next one starts clean. The CAS
         // fails when a waiter set has_waiter_bit (try again) or a cancel slipped in (fall
         // through to the cancelled ending).
+        // Counted before the state says waiting_retry, and taken back if a cancel wins: whoever
+        // sees the state finds the count (metrics().waiting_retry), and a cancel that ends the
+        // wait (and decrements) can never run before the increment and wrap the count.
+        totals_.waiting_retry.fetch_add(1, std::memory_order_acq_rel);
         while ((s & cancel_requested_bit) == 0) {
             if (r.state.compare_exchange_weak(
                     s, (s & sticky_bits) | static_cast<std::uint32_t>(TaskState::waiting_retry),
                     std::memory_order_acq_rel)) {
-                totals_.waiting_retry.fetch_add(1, std::memory_order_acq_rel);
                 totals_.retries.fetch_add(1, std::memory_order_relaxed);
                 if (free_group_slot)
                     dispatcher_.release_group(r);
@@ -88,6 +91,7 @@ void SchedulerCore<Clock, Controller>::conclude_failure(TaskRecord& r, std::uint
                 return;
             }
         }
+        totals_.waiting_retry.fetch_sub(1, std::memory_order_acq_rel);
     }
     r.set_final_error(std::move(error));
     // Commit to the dead-letter ending unless a cancel came first: from here cancel()
