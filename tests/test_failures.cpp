@@ -404,7 +404,10 @@ TEST_CASE("retry delays follow base x 2^(n-1) + jitter on the scheduler's clock"
         ax::ManualClock::advance(delay - 1ms);
         std::this_thread::sleep_for(50ms);
         CHECK(sched.query(id)->state == ax::TaskState::waiting_retry);
-        CHECK(sched.metrics().workers.busy == 0);
+        // The worker counts itself idle a moment after it parks the retry: wait for it (a hang
+        // guard), the state above already says the task holds no thread.
+        CHECK(eventually([&] { return sched.metrics().workers.busy == 0; }));
+        CHECK(sched.query(id)->state == ax::TaskState::waiting_retry);
         ax::ManualClock::advance(1ms);
     }
     REQUIRE(h->wait_for(20s));
