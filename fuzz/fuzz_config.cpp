@@ -123,6 +123,7 @@ ax::Config config_from(Input& in) {
     c.shutdown_grace = fuzz_duration(in, d.shutdown_grace);
     c.dead_letter_capacity = fuzz_u32(in, d.dead_letter_capacity);
     c.history_capacity = fuzz_u32(in, d.history_capacity);
+    c.huge_pages = (in.u8() & 1) == 0;
     return c;
 }
 

@@ -28,6 +28,7 @@ TEST_CASE("Config defaults follow the design card", "[config]") {
     CHECK(c.retry_jitter == 50ms);
     CHECK(c.retry_max == 3);
     CHECK(c.history_capacity == 4096);
+    CHECK(c.huge_pages);
 }
 
 TEST_CASE("Config::validate accepts the defaults and boundary values", "[config]") {

@@ -133,6 +133,7 @@ TEST_CASE("TaskSlab takes chunks past slab_huge_after_chunks from 2 MiB regions 
         return reinterpret_cast<std::uintptr_t>(&slab->at(chunk * TaskSlab::chunk_size));
     };
 #if defined(__linux__)
+    CHECK(slab->region_chunks() == chunks - plain);
     // Each region starts on a 2 MiB boundary and its chunks follow one another.
     CHECK(addr(plain) % HugeRegion::bytes == 0);
     CHECK(addr(plain + 1) == addr(plain) + TaskSlab::chunk_size * sizeof(TaskRecord));
@@ -155,6 +156,18 @@ TEST_CASE("TaskSlab takes chunks past slab_huge_after_chunks from 2 MiB regions 
     CHECK_FALSE(watch.expired());
     slab.reset();
     CHECK(watch.expired());
+}
+
+TEST_CASE("TaskSlab without huge pages (Config::huge_pages off) allocates every chunk itself",
+          "[slab]") {
+    const std::uint32_t chunks = ax::Tuning::slab_huge_after_chunks + 2;
+    auto slab = std::make_unique<TaskSlab>(/*huge_pages=*/false);
+    std::vector<std::uint32_t> got;
+    for (std::uint32_t i = 0; i < chunks * TaskSlab::chunk_size; ++i)
+        got.push_back(acquire_owned(*slab));
+    CHECK(slab->capacity() == std::size_t{chunks} * TaskSlab::chunk_size);
+    CHECK(slab->region_chunks() == 0);
+    CHECK(std::set<std::uint32_t>(got.begin(), got.end()).size() == got.size());
 }
 
 TEST_CASE("TaskSlab: a freshly acquired slot has a valid (non-zero) generation", "[slab]") {

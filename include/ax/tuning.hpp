@@ -33,7 +33,8 @@ struct Tuning {
     /// record costs its first touch ~16 ns instead of ~105 ns on the development VM, where a
     /// fresh 4 KiB page faults in at ~3.9 us (detail/huge_region.hpp); the price is memory taken
     /// 2 MiB (18 chunks) at a time. Lower brings the cheap growth to smaller backlogs and the
-    /// 2 MiB steps to smaller schedulers; slab_max_chunks turns regions off.
+    /// 2 MiB steps to smaller schedulers; slab_max_chunks turns regions off (Config::huge_pages
+    /// does, per scheduler).
     static constexpr std::uint32_t slab_huge_after_chunks = 64;
     /// Mutex/condvar pairs blocking waits park on (default 64). More stripes wake fewer unrelated
     /// waiters per notify; each costs a cache line (or two) in every slab.

@@ -99,7 +99,7 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
     /// Validates `cfg` (std::invalid_argument naming the field) and builds every component;
     /// no thread starts before start().
     SchedulerCore(const Config& cfg, Hooks hooks)
-        : cfg_((cfg.validate(), cfg)), slab_(std::make_shared<TaskSlab>()),
+        : cfg_((cfg.validate(), cfg)), slab_(std::make_shared<TaskSlab>(cfg.huge_pages)),
           telemetry_(cfg, now_ns()),
           queue_(SlabLinks{slab_.get()}, cfg.queue_capacity, soft_limit(cfg)),
           dispatcher_(*slab_, queue_, notifier_,

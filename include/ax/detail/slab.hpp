@@ -23,7 +23,8 @@ namespace ax::detail {
 /// scheduler and every handle, so a handle outlives its scheduler safely.
 ///
 /// Chunks past Tuning::slab_huge_after_chunks come from 2 MiB huge-page regions (HugeRegion),
-/// 18 to a region, where the platform has them; the others from new[].
+/// 18 to a region, where the platform has them and Config::huge_pages allows; the others from
+/// new[].
 ///
 /// Locks it owns: `grow_mutex_` guards appending a chunk and the region bookkeeping (`regions_`,
 /// `region_next_`, `region_room_`; grow() only, and the destructor); each wait stripe's mutex
@@ -36,7 +37,10 @@ class TaskSlab {
     static constexpr std::uint32_t max_chunks = Tuning::slab_max_chunks;
     static constexpr std::size_t wait_stripes = Tuning::wait_stripes;
 
-    TaskSlab() : chunks_(new std::atomic<TaskRecord*>[max_chunks]) {
+    /// `huge_pages`: whether chunks past Tuning::slab_huge_after_chunks come from huge-page
+    /// regions (Config::huge_pages).
+    explicit TaskSlab(bool huge_pages = true)
+        : chunks_(new std::atomic<TaskRecord*>[max_chunks]), huge_pages_(huge_pages) {
         for (std::uint32_t i = 0; i < max_chunks; ++i)
             chunks_[i].store(nullptr, std::memory_order_relaxed);
     }
@@ -172,6 +176,15 @@ class TaskSlab {
         stripe.cv.notify_all();
     }
 
+    /// Chunks carved from huge-page regions so far.
+    [[nodiscard]] std::size_t region_chunks() const {
+        std::lock_guard lock(grow_mutex_);
+        std::size_t n = 0;
+        for (const Region& r : regions_)
+            n += r.chunks;
+        return n;
+    }
+
     /// Records ever created (slab size), for memory accounting.
     [[nodiscard]] std::size_t capacity() const noexcept {
         return std::size_t{chunk_count_.load(std::memory_order_acquire)} * chunk_size;
@@ -206,7 +219,7 @@ class TaskSlab {
 
     /// Chunk `n`'s records, default-constructed. Under grow_mutex_.
     TaskRecord* allocate_chunk(std::uint32_t n) {
-        if (n >= Tuning::slab_huge_after_chunks) {
+        if (huge_pages_ && n >= Tuning::slab_huge_after_chunks) {
             if (region_room_ == 0) {
                 if (void* base = HugeRegion::map()) {
                     try {
@@ -283,7 +296,8 @@ class TaskSlab {
     alignas(64) std::unique_ptr<std::atomic<TaskRecord*>[]> chunks_;
     std::atomic<std::uint32_t> chunk_count_{0};
     alignas(64) std::atomic<std::uint64_t> free_head_{0};
-    alignas(64) std::mutex grow_mutex_;
+    alignas(64) mutable std::mutex grow_mutex_;
+    const bool huge_pages_;
 
     static constexpr std::size_t chunk_bytes = std::size_t{chunk_size} * sizeof(TaskRecord);
     static constexpr std::uint32_t chunks_per_region =
