@@ -26,8 +26,8 @@ namespace ax::detail {
 /// 18 to a region, where the platform has them and Config::huge_pages allows; the others from
 /// new[].
 ///
-/// Locks it owns: `grow_mutex_` guards appending a chunk and the region bookkeeping (`regions_`,
-/// `region_next_`, `region_room_`; grow() only, and the destructor); each wait stripe's mutex
+/// Locks it owns: `grow_mutex_` guards appending a chunk and the region list (`regions_`;
+/// grow(), region_chunks() and the destructor); each wait stripe's mutex
 /// guards nothing but its condvar's wait (wait_terminal, notify_waiters). The free list is
 /// lock-free (a Treiber stack tagged against ABA). No other lock is ever held with these.
 class TaskSlab {
@@ -220,7 +220,9 @@ class TaskSlab {
     /// Chunk `n`'s records, default-constructed. Under grow_mutex_.
     TaskRecord* allocate_chunk(std::uint32_t n) {
         if (huge_pages_ && n >= Tuning::slab_huge_after_chunks) {
-            if (region_room_ == 0) {
+            // A region fills with consecutive chunks: a new one is mapped only when the last is
+            // full, and new[] serves a chunk only when that mapping failed.
+            if (regions_.empty() || regions_.back().chunks == chunks_per_region) {
                 if (void* base = HugeRegion::map()) {
                     try {
                         regions_.push_back(Region{base, n, 0});
@@ -228,17 +230,15 @@ class TaskSlab {
                         HugeRegion::unmap(base);
                         throw;
                     }
-                    region_next_ = static_cast<unsigned char*>(base);
-                    region_room_ = chunks_per_region;
                 }
             }
-            if (region_room_ != 0) {
-                auto* chunk = reinterpret_cast<TaskRecord*>(region_next_);
+            if (!regions_.empty() && regions_.back().chunks < chunks_per_region) {
+                Region& region = regions_.back();
+                auto* chunk = reinterpret_cast<TaskRecord*>(
+                    static_cast<unsigned char*>(region.base) + region.chunks * chunk_bytes);
                 for (std::uint32_t k = 0; k < chunk_size; ++k)
                     ::new (static_cast<void*>(chunk + k)) TaskRecord(); // noexcept
-                region_next_ += chunk_bytes;
-                --region_room_;
-                ++regions_.back().chunks;
+                ++region.chunks;
                 return chunk;
             }
         }
@@ -311,8 +311,6 @@ class TaskSlab {
         std::uint32_t chunks;
     };
     std::vector<Region> regions_;
-    unsigned char* region_next_ = nullptr;
-    std::uint32_t region_room_ = 0; ///< chunks still free in regions_.back()
 
     Stripe stripes_[wait_stripes];
 };
