@@ -22,6 +22,11 @@
 #include <thread>
 #include <vector>
 
+#if defined(__linux__)
+#include <sys/syscall.h> // SYS_futex, for the shared wake the private-futex test sends itself
+#include <unistd.h>      // syscall
+#endif
+
 using namespace std::chrono_literals;
 using ax_test::eventually;
 using ax_test::Gate;
