@@ -176,6 +176,28 @@ TEST_CASE("pops counted on many threads add up: stripes lose no pop", "[hot_path
     CHECK(q.length() == 1);
 }
 
+TEST_CASE("threads that first ask for different stripe counts still draw distinct numbers",
+          "[hot_path]") {
+    // A thread keeps the number it drew first, whatever count it asks for later. Each count
+    // once kept a sequence of its own: the first thread to ask for 4 stripes and the first to
+    // ask for 8 both drew 1, and shared the stripe of everything striped (the queue's pops,
+    // the slab's free-slot cache). Counts no other code asks for, so a per-count sequence would
+    // start both at 1 here.
+    std::uint32_t first = 0;
+    std::uint32_t second = 0;
+    std::thread([&] {
+        (void)ax::detail::thread_stripe<1024>();
+        first = ax::detail::thread_stripe_plus_one;
+    }).join();
+    std::thread([&] {
+        (void)ax::detail::thread_stripe<2048>();
+        second = ax::detail::thread_stripe_plus_one;
+    }).join();
+    CHECK(first != 0);
+    CHECK(second != 0);
+    CHECK(first != second);
+}
+
 TEST_CASE("a burst into parked workers while tasks are tiny strands nothing", "[hot_path]") {
     Gate gate; // before the scheduler: bodies may still read it while sched drains
     std::atomic<int> started{0};
