@@ -28,7 +28,7 @@ struct Rig {
           dispatcher(slab, queue, notifier, {3, 2, 1}, max_wait_ns) {}
 
     std::uint32_t admit(Priority p, std::uint16_t group = 0, std::int64_t enqueue_ns = 0) {
-        const auto i = *slab.acquire();
+        const auto i = slab.acquire();
         auto& r = slab.at(i);
         r.refs.store(1);
         r.priority = p;
@@ -161,7 +161,7 @@ TEST_CASE("Dispatcher serves the subtask lane first, one at a time", "[dispatche
     Rig rig;
     for (int k = 0; k < 10; ++k)
         rig.admit(Priority::high);
-    const auto child = *rig.slab.acquire();
+    const auto child = rig.slab.acquire();
     rig.slab.at(child).flags = ax::detail::record_child;
     rig.dispatcher.push_child(child);
     CHECK(rig.dispatcher.children_queued() == 1);

@@ -13,7 +13,7 @@ using ax::detail::TaskSlab;
 namespace {
 /// A finished task holding `refs` references (the scheduler's first).
 TaskId finished_task(TaskSlab& slab, std::uint32_t refs = 1) {
-    const auto i = *slab.acquire();
+    const auto i = slab.acquire();
     auto& r = slab.at(i);
     r.refs.store(refs);
     r.state.store(static_cast<std::uint32_t>(ax::TaskState::succeeded));

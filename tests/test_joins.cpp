@@ -11,7 +11,7 @@ using ax::detail::TaskSlab;
 
 namespace {
 TaskId live_task(TaskSlab& slab, TaskState s) {
-    const auto i = *slab.acquire();
+    const auto i = slab.acquire();
     auto& r = slab.at(i);
     r.refs.store(1);
     r.state.store(static_cast<std::uint32_t>(s));

@@ -26,10 +26,10 @@ namespace {
 
 // Acquires a slot the way the scheduler does: one owner reference.
 std::uint32_t acquire_owned(TaskSlab& slab) {
-    const auto slot = slab.acquire();
-    REQUIRE(slot.has_value());
-    slab.at(*slot).refs.store(1, std::memory_order_relaxed);
-    return *slot;
+    const std::uint32_t slot = slab.acquire();
+    REQUIRE(slot != TaskSlab::no_slot);
+    slab.at(slot).refs.store(1, std::memory_order_relaxed);
+    return slot;
 }
 
 // Puts a callable in `r` whose destruction the returned pointer observes (it expires then).
@@ -84,7 +84,7 @@ TEST_CASE("TaskSlab::acquire hands out distinct low indices first", "[slab]") {
     CHECK(slab->capacity() == 0);
     std::vector<std::uint32_t> got;
     for (int i = 0; i < 5; ++i)
-        got.push_back(*slab->acquire());
+        got.push_back(slab->acquire());
     CHECK(got == std::vector<std::uint32_t>{0, 1, 2, 3, 4});
     CHECK(slab->capacity() == TaskSlab::chunk_size);
     for (const auto i : got) {
@@ -99,9 +99,9 @@ TEST_CASE("TaskSlab grows past one chunk", "[slab]") {
     auto slab = std::make_unique<TaskSlab>();
     std::set<std::uint32_t> got;
     for (std::uint32_t i = 0; i < TaskSlab::chunk_size + 10; ++i) {
-        const auto slot = slab->acquire();
-        REQUIRE(slot.has_value());
-        got.insert(*slot);
+        const std::uint32_t slot = slab->acquire();
+        REQUIRE(slot != TaskSlab::no_slot);
+        got.insert(slot);
     }
     CHECK(got.size() == TaskSlab::chunk_size + 10);
     CHECK(*got.begin() == 0);
@@ -150,9 +150,8 @@ TEST_CASE("TaskSlab takes chunks past slab_huge_after_chunks from 2 MiB regions 
     // Recycling still works across plain and region chunks.
     slab->release(got[5]);
     slab->release(got.back());
-    const auto again = slab->acquire();
-    REQUIRE(again.has_value());
-    CHECK(*again == got.back());
+    const std::uint32_t again = slab->acquire();
+    CHECK(again == got.back());
     CHECK_FALSE(watch.expired());
     slab.reset();
     CHECK(watch.expired());
@@ -207,10 +206,9 @@ TEST_CASE("TaskSlab::release recycles on the last reference", "[slab]") {
     CHECK(r.state.load() == 0);
 
     // LIFO free list: the recycled slot comes back first, with the bumped generation.
-    const auto again = slab->acquire();
-    REQUIRE(again.has_value());
-    CHECK(*again == i);
-    CHECK(slab->at(*again).generation.load() == g0 + 1);
+    const std::uint32_t again = slab->acquire();
+    REQUIRE(again == i);
+    CHECK(slab->at(again).generation.load() == g0 + 1);
 }
 
 TEST_CASE("TaskSlab recycle destroys content and clears extras", "[slab]") {
@@ -237,6 +235,48 @@ TEST_CASE("TaskSlab recycle destroys content and clears extras", "[slab]") {
     CHECK(r.extras->failures.empty());
 }
 
+TEST_CASE("TaskSlab: slots freed anywhere come back before the slab grows", "[slab]") {
+    auto slab = std::make_unique<TaskSlab>();
+    std::vector<std::uint32_t> all;
+    for (std::uint32_t i = 0; i < TaskSlab::chunk_size; ++i)
+        all.push_back(acquire_owned(*slab));
+    REQUIRE(slab->capacity() == TaskSlab::chunk_size);
+
+    SECTION("one at a time on this thread: more than a cache holds spills to the shared stack") {
+        for (const auto i : all)
+            slab->release(i);
+        std::set<std::uint32_t> again;
+        for (std::uint32_t k = 0; k < TaskSlab::chunk_size; ++k)
+            again.insert(acquire_owned(*slab));
+        CHECK(again.size() == TaskSlab::chunk_size);
+        CHECK(*again.rbegin() == TaskSlab::chunk_size - 1);
+        CHECK(slab->capacity() == TaskSlab::chunk_size);
+    }
+    SECTION("in batches (release_many), larger than a cache") {
+        slab->release_many(all.data(), 200);
+        std::set<std::uint32_t> again;
+        for (std::uint32_t k = 0; k < 200; ++k)
+            again.insert(acquire_owned(*slab));
+        CHECK(again == std::set<std::uint32_t>(all.begin(), all.begin() + 200));
+        CHECK(slab->capacity() == TaskSlab::chunk_size);
+    }
+    SECTION("on another thread, whose cache keeps them until this one runs dry") {
+        // The other thread's stripe cache holds what it freed (or this thread's, if the two
+        // numbers pick one stripe): either way they are found before a chunk is added.
+        std::thread([&] {
+            for (std::uint32_t k = 0; k < 10; ++k)
+                slab->release(all[k]);
+        }).join();
+        std::set<std::uint32_t> again;
+        for (std::uint32_t k = 0; k < 10; ++k)
+            again.insert(acquire_owned(*slab));
+        CHECK(again == std::set<std::uint32_t>(all.begin(), all.begin() + 10));
+        CHECK(slab->capacity() == TaskSlab::chunk_size);
+        // Nothing is left anywhere: the next slot is a new chunk's first.
+        CHECK(acquire_owned(*slab) == TaskSlab::chunk_size);
+    }
+}
+
 TEST_CASE("TaskSlab generation skips 0 when it wraps", "[slab]") {
     auto slab = std::make_unique<TaskSlab>();
     const std::uint32_t i = acquire_owned(*slab);
@@ -250,7 +290,7 @@ TEST_CASE("TaskSlab::try_pin pins live IDs and rejects stale ones", "[slab]") {
     // Cycle the slot once so its generation is certainly non-zero whatever acquire() starts at.
     const std::uint32_t i = acquire_owned(*slab);
     slab->release(i);
-    REQUIRE(*slab->acquire() == i);
+    REQUIRE(slab->acquire() == i);
     TaskRecord& r = slab->at(i);
     r.refs.store(1);
     const std::uint32_t g = r.generation.load();
@@ -281,7 +321,7 @@ TEST_CASE("TaskSlab::try_pin pins live IDs and rejects stale ones", "[slab]") {
         CHECK(slab->try_pin(live) == nullptr);
         CHECK(r.refs.load() == 0);
         // Reused by a new task: the old ID still does not alias it.
-        REQUIRE(*slab->acquire() == i);
+        REQUIRE(slab->acquire() == i);
         r.refs.store(1);
         CHECK(slab->try_pin(live) == nullptr);
         CHECK(r.refs.load() == 1);
@@ -298,7 +338,7 @@ TEST_CASE("TaskSlab::try_pin pins live IDs and rejects stale ones", "[slab]") {
         CHECK(r.refs.load() == 1);
     }
     SECTION("a free slot (refs 0) is not pinned") {
-        const std::uint32_t j = *slab->acquire(); // acquired, refs still 0
+        const std::uint32_t j = slab->acquire(); // acquired, refs still 0
         CHECK(slab->try_pin(TaskId::make(j, slab->at(j).generation.load() + 1)) == nullptr);
         CHECK(slab->try_pin(TaskId::make(j, 1)) == nullptr);
         CHECK(slab->at(j).refs.load() == 0);
@@ -326,12 +366,11 @@ TEST_CASE("TaskSlab: 4 threads acquire/release concurrently, no slot handed out 
     for (int t = 0; t < threads_n; ++t) {
         threads.emplace_back([&] {
             for (int n = 0; n < rounds; ++n) {
-                const auto slot = slab->acquire();
-                if (!slot) {
+                const std::uint32_t i = slab->acquire();
+                if (i == TaskSlab::no_slot) {
                     exhausted.fetch_add(1);
                     continue;
                 }
-                const std::uint32_t i = *slot;
                 if (i >= tracked) {
                     out_of_range.fetch_add(1);
                     continue;
@@ -360,7 +399,7 @@ TEST_CASE("TaskSlab: 4 threads acquire/release concurrently, no slot handed out 
     // The free list is intact: all chunk_size slots can be taken, each once.
     std::set<std::uint32_t> all;
     for (std::uint32_t i = 0; i < TaskSlab::chunk_size; ++i)
-        all.insert(*slab->acquire());
+        all.insert(slab->acquire());
     CHECK(all.size() == TaskSlab::chunk_size);
     CHECK(*all.rbegin() == TaskSlab::chunk_size - 1);
     CHECK(slab->capacity() == TaskSlab::chunk_size);

@@ -177,10 +177,9 @@ SchedulerCore<Clock, Controller>::admit(const SubmitOptions& o, TaskId& id, bool
     // than waiting behind it (docs/hot-path.md, seventh look). Still after the submit began, so
     // never early.
     const std::int64_t enqueued = enqueue_stamp_ns<Clock>();
-    auto slot = slab_->acquire();
-    if (!slot)
+    const std::uint32_t index = slab_->acquire();
+    if (index == TaskSlab::no_slot)
         return refusal(Errc::too_many_tasks);
-    const std::uint32_t index = *slot;
     TaskRecord& r = slab_->at(index);
     r.flags = child ? record_child : 0;
     try {

@@ -4,6 +4,8 @@
 #include "../tuning.hpp"
 #include "huge_region.hpp"
 #include "record.hpp"
+#include "spin_lock.hpp"
+#include "thread_stripe.hpp"
 
 #include <atomic>
 #include <condition_variable>
@@ -12,35 +14,59 @@
 #include <memory>
 #include <mutex>
 #include <new>
-#include <optional>
 #include <stop_token>
 #include <vector>
 
 namespace ax::detail {
 
-/// Owns every task record: fixed-size chunks that never move, a lock-free free list of slot
-/// indices, and the striped mutex/condvar table that blocking waits park on. Shared by the
-/// scheduler and every handle, so a handle outlives its scheduler safely.
+/// Owns every task record: fixed-size chunks that never move, the free slots, and the striped
+/// mutex/condvar table that blocking waits park on. Shared by the scheduler and every handle, so
+/// a handle outlives its scheduler safely.
+///
+/// Free slots are plain indices, never a chain through the records: a thread takes them (and
+/// returns single ones) through a small cache of its stripe (thread_stripe), which trades
+/// batches with a shared stack; workers return their batches to that stack directly; slots
+/// never used yet come from a cursor over the newest chunk. A slot a worker recycled sits in
+/// that worker's cache, and the producer that takes it next must pull the record's lines
+/// across. Knowing the indices ahead, acquire() asks for the record a few takes ahead, so the
+/// transfer overlaps building the tasks before it (a chain through the records gave one record
+/// ahead, and reading its link was itself a miss; docs/hot-path.md, eighth look). When the slab
+/// is at max_chunks, a slot another stripe's cache holds while that stripe is busy is not seen:
+/// acquire() may then say exhausted a moment early.
 ///
 /// Chunks past Tuning::slab_huge_after_chunks come from 2 MiB huge-page regions (HugeRegion),
 /// 18 to a region, where the platform has them and Config::huge_pages allows; the others from
 /// new[].
 ///
-/// Locks it owns: `grow_mutex_` guards appending a chunk and the region list (`regions_`;
-/// grow(), region_chunks() and the destructor); each wait stripe's mutex
-/// guards nothing but its condvar's wait (wait_terminal, notify_waiters). The free list is
-/// lock-free (a Treiber stack tagged against ABA). No other lock is ever held with these.
+/// Locks it owns: each cache stripe's `lock` guards that stripe's `n` and `slots`; `free_lock_`
+/// guards the shared stack (`free_`, `free_n_`) and the fresh cursor (`fresh_next_`,
+/// `fresh_end_`); `grow_mutex_` guards appending a chunk and the region list (`regions_`;
+/// grow(), region_chunks() and the destructor). Order: a stripe lock, then `grow_mutex_`, then
+/// `free_lock_`; a second stripe's lock is only ever tried (reclaim), never waited for. Each wait
+/// stripe's mutex guards nothing but its condvar's wait (wait_terminal, notify_waiters) and is
+/// never held with another lock.
 class TaskSlab {
   public:
     static constexpr std::uint32_t chunk_bits = Tuning::slab_chunk_bits;
     static constexpr std::uint32_t chunk_size = 1u << chunk_bits;
     static constexpr std::uint32_t max_chunks = Tuning::slab_max_chunks;
     static constexpr std::size_t wait_stripes = Tuning::wait_stripes;
+    /// What acquire() returns when the slab is exhausted (never a slot: indices stay below
+    /// max_chunks x chunk_size).
+    static constexpr std::uint32_t no_slot = UINT32_MAX;
+    static constexpr std::size_t cache_stripes = Tuning::slab_cache_stripes;
+    /// Slots a stripe's cache holds (the rest of its four lines).
+    static constexpr std::size_t cache_slots = 62;
+    /// Slots a refill takes: half a cache, so the thread's own releases fit beside them.
+    static constexpr std::size_t refill_batch = 32;
+    /// How many takes ahead acquire() asks for a record.
+    static constexpr std::uint32_t prefetch_ahead = Tuning::slab_prefetch_ahead;
 
     /// `huge_pages`: whether chunks past Tuning::slab_huge_after_chunks come from huge-page
     /// regions (Config::huge_pages).
     explicit TaskSlab(bool huge_pages = true)
-        : chunks_(new std::atomic<TaskRecord*>[max_chunks]), huge_pages_(huge_pages) {
+        : chunks_(new std::atomic<TaskRecord*>[max_chunks]),
+          free_(new std::uint32_t[std::size_t{max_chunks} * chunk_size]), huge_pages_(huge_pages) {
         for (std::uint32_t i = 0; i < max_chunks; ++i)
             chunks_[i].store(nullptr, std::memory_order_relaxed);
     }
@@ -70,26 +96,19 @@ class TaskSlab {
             std::memory_order_acquire)[index & (chunk_size - 1)];
     }
 
-    /// A free slot with refs = 0 and a fresh generation, or nullopt when the slab is exhausted.
-    std::optional<std::uint32_t> acquire() {
-        for (;;) {
-            auto head = free_head_.load(std::memory_order_acquire);
-            while (static_cast<std::uint32_t>(head) != 0) {
-                const std::uint32_t index = static_cast<std::uint32_t>(head) - 1;
-                const std::uint32_t next = at(index).next.load(std::memory_order_relaxed);
-                const std::uint64_t tagged = ((head >> 32) + 1) << 32 | next;
-                if (free_head_.compare_exchange_weak(head, tagged, std::memory_order_acquire,
-                                                     std::memory_order_acquire)) {
-                    // The next acquire reads that slot's link: fetch it while this task is
-                    // being built (a worker recycled it, so it sits in that worker's cache).
-                    if (next != 0)
-                        prefetch_record(at(next - 1));
-                    return index;
-                }
-            }
-            if (!grow())
-                return std::nullopt;
-        }
+    /// A free slot with refs = 0 and a fresh generation, or no_slot when the slab is exhausted.
+    /// A plain index, not an optional: GCC built the optional in memory with two stores and read
+    /// it back with one wider load, which cannot be forwarded and so waited for every store
+    /// before it to drain, the task record's included (docs/hot-path.md, eighth look).
+    std::uint32_t acquire() {
+        Cache& c = caches_[thread_stripe<cache_stripes>()];
+        std::lock_guard lock(c.lock);
+        if (c.n == 0 && !refill(c))
+            return no_slot;
+        const std::uint32_t index = c.slots[--c.n];
+        if (c.n >= prefetch_ahead)
+            prefetch_record(at(c.slots[c.n - prefetch_ahead]));
+        return index;
     }
 
     /// Drops one reference; the last one recycles the slot.
@@ -97,35 +116,34 @@ class TaskSlab {
         TaskRecord& r = at(index);
         if (r.refs.fetch_sub(1, std::memory_order_acq_rel) != 1)
             return;
-        recycle(index, r);
+        reset(r);
+        put(&index, 1);
     }
 
-    /// release() for many slots; recycled ones go back to the free list with a single CAS, so
-    /// workers returning slots in batches barely touch the cache line producers allocate from.
+    /// release() for many slots (a worker's batch of finished tasks): the recycled ones go to
+    /// the shared stack under one lock, not through this thread's cache. A worker's number may
+    /// pick the same stripe as a producer's (thread_stripe is a hint), and a worker filling that
+    /// cache would then contend with every acquire of the producer.
     void release_many(const std::uint32_t* indices, std::size_t n) noexcept {
-        std::uint32_t first = 0; // chain of recycled slots, as index + 1
-        std::uint32_t last = 0;
+        std::uint32_t recycled[cache_slots];
+        std::size_t m = 0;
         for (std::size_t k = 0; k < n; ++k) {
             const std::uint32_t index = indices[k];
             TaskRecord& r = at(index);
             if (r.refs.fetch_sub(1, std::memory_order_acq_rel) != 1)
                 continue;
             reset(r);
-            r.next.store(first, std::memory_order_relaxed);
-            if (first == 0)
-                last = index + 1;
-            first = index + 1;
+            recycled[m++] = index;
+            if (m == cache_slots) {
+                std::lock_guard lock(free_lock_);
+                push_locked(recycled, m);
+                m = 0;
+            }
         }
-        if (first == 0)
-            return;
-        TaskRecord& tail = at(last - 1);
-        auto head = free_head_.load(std::memory_order_relaxed);
-        std::uint64_t tagged;
-        do {
-            tail.next.store(static_cast<std::uint32_t>(head), std::memory_order_relaxed);
-            tagged = ((head >> 32) + 1) << 32 | first;
-        } while (!free_head_.compare_exchange_weak(head, tagged, std::memory_order_release,
-                                                   std::memory_order_relaxed));
+        if (m != 0) {
+            std::lock_guard lock(free_lock_);
+            push_locked(recycled, m);
+        }
     }
 
     /// Pins the live record of `id` (refs + 1) or returns nullptr when the ID is stale.
@@ -191,29 +209,120 @@ class TaskSlab {
     }
 
   private:
+    /// Per-stripe cache of free slots: four lines, so one stripe's traffic never shares a line
+    /// with another's.
+    struct alignas(64) Cache {
+        SpinLock lock;
+        std::uint32_t n = 0;
+        std::uint32_t slots[cache_slots];
+    };
+
+    /// Fills an empty cache (its lock held): recycled slots from the shared stack first, then
+    /// fresh ones; then slots idle in other stripes' caches; then a new chunk. False when the
+    /// slab is exhausted.
+    bool refill(Cache& c) {
+        for (;;) {
+            {
+                std::lock_guard lock(free_lock_);
+                if (take_locked(c)) {
+                    for (std::uint32_t k = 1; k <= prefetch_ahead && k <= c.n; ++k)
+                        prefetch_record(at(c.slots[c.n - k]));
+                    return true;
+                }
+            }
+            // Before the slab grows, the slots other stripes hold come back (a thread that only
+            // releases keeps up to a cacheful): otherwise each idle cache could cost a chunk.
+            if (reclaim_others(c))
+                continue;
+            if (!grow())
+                return false;
+        }
+    }
+
+    /// Moves up to refill_batch slots into `c` (empty). Needs free_lock_.
+    bool take_locked(Cache& c) noexcept {
+        if (free_n_ != 0) {
+            const std::size_t take = free_n_ < refill_batch ? free_n_ : refill_batch;
+            // The stack's order kept: the most recently freed slot is taken first.
+            for (std::size_t k = 0; k < take; ++k)
+                c.slots[k] = free_[free_n_ - take + k];
+            free_n_ -= take;
+            c.n = static_cast<std::uint32_t>(take);
+            return true;
+        }
+        if (fresh_next_ != fresh_end_) {
+            const std::uint32_t left = fresh_end_ - fresh_next_;
+            const std::uint32_t take = left < refill_batch ? left : refill_batch;
+            // Lowest index on top: fresh slots come out in index order.
+            for (std::uint32_t k = 0; k < take; ++k)
+                c.slots[k] = fresh_next_ + take - 1 - k;
+            fresh_next_ += take;
+            c.n = take;
+            return true;
+        }
+        return false;
+    }
+
+    /// Empties every other stripe's cache it can lock at once onto the shared stack. Whether
+    /// anything moved.
+    bool reclaim_others(const Cache& own) noexcept {
+        bool moved = false;
+        for (Cache& other : caches_) {
+            if (&other == &own || !other.lock.try_lock())
+                continue;
+            if (other.n != 0) {
+                std::lock_guard lock(free_lock_);
+                push_locked(other.slots, other.n);
+                other.n = 0;
+                moved = true;
+            }
+            other.lock.unlock();
+        }
+        return moved;
+    }
+
+    /// Returns a recycled slot (release(): a handle's last reference, a cancel) through this
+    /// thread's cache, so the thread's next acquire() takes it back while it is still in this
+    /// core's cache; a full cache goes to the shared stack whole, one lock for a cacheful.
+    void put(const std::uint32_t* indices, std::size_t m) noexcept {
+        Cache& c = caches_[thread_stripe<cache_stripes>()];
+        std::lock_guard lock(c.lock);
+        if (c.n + m > cache_slots) {
+            std::lock_guard shared(free_lock_);
+            push_locked(c.slots, c.n);
+            c.n = 0;
+            if (m > cache_slots) {
+                push_locked(indices, m);
+                return;
+            }
+        }
+        for (std::size_t k = 0; k < m; ++k)
+            c.slots[c.n++] = indices[k];
+    }
+
+    /// Needs free_lock_. Never overflows: the stack holds each slot at most once.
+    void push_locked(const std::uint32_t* indices, std::size_t m) noexcept {
+        for (std::size_t k = 0; k < m; ++k)
+            free_[free_n_++] = indices[k];
+    }
+
+    /// Appends a chunk (its slots join the fresh cursor), unless slots turned free meanwhile.
+    /// False when the slab is at max_chunks.
     bool grow() {
         std::lock_guard lock(grow_mutex_);
-        if (static_cast<std::uint32_t>(free_head_.load(std::memory_order_acquire)) != 0)
-            return true;
+        {
+            std::lock_guard shared(free_lock_);
+            if (free_n_ != 0 || fresh_next_ != fresh_end_)
+                return true;
+        }
         const auto n = chunk_count_.load(std::memory_order_relaxed);
         if (n == max_chunks)
             return false;
         TaskRecord* chunk = allocate_chunk(n);
         chunks_[n].store(chunk, std::memory_order_release);
         chunk_count_.store(n + 1, std::memory_order_release);
-        // Chain the new slots in index order (low indices come out first, friendlier to caches)
-        // and splice the chain onto the free list with one CAS, not one per slot.
-        const std::uint32_t base = n * chunk_size;
-        for (std::uint32_t i = 0; i + 1 < chunk_size; ++i)
-            chunk[i].next.store(base + i + 2, std::memory_order_relaxed);
-        TaskRecord& tail = chunk[chunk_size - 1];
-        auto head = free_head_.load(std::memory_order_relaxed);
-        std::uint64_t tagged;
-        do {
-            tail.next.store(static_cast<std::uint32_t>(head), std::memory_order_relaxed);
-            tagged = ((head >> 32) + 1) << 32 | (base + 1);
-        } while (!free_head_.compare_exchange_weak(head, tagged, std::memory_order_release,
-                                                   std::memory_order_relaxed));
+        std::lock_guard shared(free_lock_);
+        fresh_end_ = (n + 1) * chunk_size;
         return true;
     }
 
@@ -245,22 +354,6 @@ class TaskSlab {
         return new TaskRecord[chunk_size];
     }
 
-    void push_free(std::uint32_t index) noexcept {
-        TaskRecord& r = at(index);
-        auto head = free_head_.load(std::memory_order_relaxed);
-        std::uint64_t tagged;
-        do {
-            r.next.store(static_cast<std::uint32_t>(head), std::memory_order_relaxed);
-            tagged = ((head >> 32) + 1) << 32 | (index + 1);
-        } while (!free_head_.compare_exchange_weak(head, tagged, std::memory_order_release,
-                                                   std::memory_order_relaxed));
-    }
-
-    void recycle(std::uint32_t index, TaskRecord& r) noexcept {
-        reset(r);
-        push_free(index);
-    }
-
     /// Returns a record to its free shape: content destroyed, strings kept for reuse, a new
     /// generation so stale IDs stop matching.
     static void reset(TaskRecord& r) noexcept {
@@ -289,13 +382,20 @@ class TaskSlab {
         std::condition_variable cv;
     };
 
-    // Every at() reads `chunks_` (read-mostly: written once per grow), and every acquire and
-    // release writes `free_head_`: on one cache line, each allocation invalidated the line every
-    // worker's at() read, a miss per record access on the other core (docs/hot-path.md, fourth
-    // look). They sit on lines of their own.
+    // Every at() reads `chunks_` (read-mostly: written once per grow); the shared stack's lock
+    // is written per batch: on one cache line, each write invalidated the line every worker's
+    // at() read, a miss per record access on the other core (docs/hot-path.md, fourth look).
+    // They sit on lines of their own.
     alignas(64) std::unique_ptr<std::atomic<TaskRecord*>[]> chunks_;
     std::atomic<std::uint32_t> chunk_count_{0};
-    alignas(64) std::atomic<std::uint64_t> free_head_{0};
+    Cache caches_[cache_stripes];
+    alignas(64) SpinLock free_lock_;
+    std::size_t free_n_ = 0;
+    std::uint32_t fresh_next_ = 0;
+    std::uint32_t fresh_end_ = 0;
+    /// Room for every slot the slab can hold, reserved but not touched: a page becomes resident
+    /// only once the stack has been that deep (4 B per slot freed at once, at most).
+    std::unique_ptr<std::uint32_t[]> free_;
     alignas(64) mutable std::mutex grow_mutex_;
     const bool huge_pages_;
 
