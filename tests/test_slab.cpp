@@ -277,6 +277,58 @@ TEST_CASE("TaskSlab: slots freed anywhere come back before the slab grows", "[sl
     }
 }
 
+TEST_CASE("TaskSlab: slots freed while the slab grows are all found again", "[slab][threads]") {
+    // Threads hold growing piles of slots and free half of each pile at a time, so chunks are
+    // added while freed slots reach the shared stack (which is reallocated as the slab grows).
+    // Afterwards every slot is free: taking capacity() of them must need no further chunk.
+    auto slab = std::make_unique<TaskSlab>();
+    constexpr int threads_n = 4;
+    std::vector<std::thread> threads;
+    for (int t = 0; t < threads_n; ++t) {
+        threads.emplace_back([&] {
+            std::vector<std::uint32_t> held;
+            for (int n = 0; n < 20000; ++n) {
+                held.push_back(acquire_owned(*slab));
+                if (held.size() >= 3000) {
+                    for (std::size_t k = 0; k < held.size(); k += 2)
+                        slab->release(held[k]);
+                    std::vector<std::uint32_t> kept;
+                    for (std::size_t k = 1; k < held.size(); k += 2)
+                        kept.push_back(held[k]);
+                    held.swap(kept);
+                }
+            }
+            slab->release_many(held.data(), held.size());
+        });
+    }
+    for (auto& t : threads)
+        t.join();
+    const std::size_t capacity = slab->capacity();
+    CHECK(capacity > 4 * TaskSlab::chunk_size);
+    std::set<std::uint32_t> all;
+    for (std::size_t k = 0; k < capacity; ++k)
+        all.insert(acquire_owned(*slab));
+    CHECK(all.size() == capacity);
+    CHECK(slab->capacity() == capacity);
+}
+
+TEST_CASE("TaskSlab: every slot of a large slab can be free at once", "[slab]") {
+    // The shared stack is stored in blocks of 64 chunks' slots: free more than one block holds.
+    constexpr std::uint32_t slots = 70 * TaskSlab::chunk_size;
+    auto slab = std::make_unique<TaskSlab>();
+    std::vector<std::uint32_t> all;
+    all.reserve(slots);
+    for (std::uint32_t k = 0; k < slots; ++k)
+        all.push_back(acquire_owned(*slab));
+    const std::size_t capacity = slab->capacity();
+    slab->release_many(all.data(), all.size());
+    std::set<std::uint32_t> again;
+    for (std::uint32_t k = 0; k < slots; ++k)
+        again.insert(acquire_owned(*slab));
+    CHECK(again == std::set<std::uint32_t>(all.begin(), all.end()));
+    CHECK(slab->capacity() == capacity);
+}
+
 TEST_CASE("TaskSlab generation skips 0 when it wraps", "[slab]") {
     auto slab = std::make_unique<TaskSlab>();
     const std::uint32_t i = acquire_owned(*slab);

@@ -39,7 +39,7 @@ namespace ax::detail {
 /// new[].
 ///
 /// Locks it owns: each cache stripe's `lock` guards that stripe's `n` and `slots`; `free_lock_`
-/// guards the shared stack (`free_`, `free_n_`) and the fresh cursor (`fresh_next_`,
+/// guards the shared stack (`stack_`, `free_n_`) and the fresh cursor (`fresh_next_`,
 /// `fresh_end_`); `grow_mutex_` guards appending a chunk and the region list (`regions_`;
 /// grow(), region_chunks() and the destructor). Order: a stripe lock, then `grow_mutex_`, then
 /// `free_lock_`; a second stripe's lock is only ever tried (reclaim), never waited for. Each wait
@@ -65,8 +65,7 @@ class TaskSlab {
     /// `huge_pages`: whether chunks past Tuning::slab_huge_after_chunks come from huge-page
     /// regions (Config::huge_pages).
     explicit TaskSlab(bool huge_pages = true)
-        : chunks_(new std::atomic<TaskRecord*>[max_chunks]),
-          free_(new std::uint32_t[std::size_t{max_chunks} * chunk_size]), huge_pages_(huge_pages) {
+        : chunks_(new std::atomic<TaskRecord*>[max_chunks]), huge_pages_(huge_pages) {
         for (std::uint32_t i = 0; i < max_chunks; ++i)
             chunks_[i].store(nullptr, std::memory_order_relaxed);
     }
@@ -245,7 +244,7 @@ class TaskSlab {
             const std::size_t take = free_n_ < refill_batch ? free_n_ : refill_batch;
             // The stack's order kept: the most recently freed slot is taken first.
             for (std::size_t k = 0; k < take; ++k)
-                c.slots[k] = free_[free_n_ - take + k];
+                c.slots[k] = stack_at(free_n_ - take + k);
             free_n_ -= take;
             c.n = static_cast<std::uint32_t>(take);
             return true;
@@ -303,7 +302,7 @@ class TaskSlab {
     /// Needs free_lock_. Never overflows: the stack holds each slot at most once.
     void push_locked(const std::uint32_t* indices, std::size_t m) noexcept {
         for (std::size_t k = 0; k < m; ++k)
-            free_[free_n_++] = indices[k];
+            stack_at(free_n_++) = indices[k];
     }
 
     /// Appends a chunk (its slots join the fresh cursor), unless slots turned free meanwhile.
@@ -318,10 +317,18 @@ class TaskSlab {
         const auto n = chunk_count_.load(std::memory_order_relaxed);
         if (n == max_chunks)
             return false;
+        // The shared stack must hold every slot at once: a block of it comes with the first
+        // chunk whose slots reach into it (allocated first, so a failed chunk leaks nothing).
+        const std::size_t block = (std::size_t{n} * chunk_size) >> stack_block_bits;
+        std::unique_ptr<std::uint32_t[]> fresh_block;
+        if ((std::size_t{n} * chunk_size & (stack_block_slots - 1)) == 0)
+            fresh_block.reset(new std::uint32_t[stack_block_slots]);
         TaskRecord* chunk = allocate_chunk(n);
         chunks_[n].store(chunk, std::memory_order_release);
         chunk_count_.store(n + 1, std::memory_order_release);
         std::lock_guard shared(free_lock_);
+        if (fresh_block)
+            stack_[block] = std::move(fresh_block);
         fresh_end_ = (n + 1) * chunk_size;
         return true;
     }
@@ -393,9 +400,17 @@ class TaskSlab {
     std::size_t free_n_ = 0;
     std::uint32_t fresh_next_ = 0;
     std::uint32_t fresh_end_ = 0;
-    /// Room for every slot the slab can hold, reserved but not touched: a page becomes resident
-    /// only once the stack has been that deep (4 B per slot freed at once, at most).
-    std::unique_ptr<std::uint32_t[]> free_;
+    /// The shared stack's storage: room for every slot of the slab, in blocks of
+    /// stack_block_slots (256 KiB, never moved, so growing copies nothing), each added with the
+    /// first chunk that needs it. 4 B a slot, resident only as deep as the stack has been.
+    static constexpr std::size_t stack_block_bits = chunk_bits + 6;
+    static constexpr std::size_t stack_block_slots = std::size_t{1} << stack_block_bits;
+    static constexpr std::size_t stack_blocks =
+        (std::size_t{max_chunks} * chunk_size + stack_block_slots - 1) >> stack_block_bits;
+    std::unique_ptr<std::uint32_t[]> stack_[stack_blocks];
+    [[nodiscard]] std::uint32_t& stack_at(std::size_t position) noexcept {
+        return stack_[position >> stack_block_bits][position & (stack_block_slots - 1)];
+    }
     alignas(64) mutable std::mutex grow_mutex_;
     const bool huge_pages_;
 
