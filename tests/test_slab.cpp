@@ -313,7 +313,8 @@ TEST_CASE("TaskSlab: slots freed while the slab grows are all found again", "[sl
         t.join();
     CHECK(exhausted.load() == 0);
     const std::size_t capacity = slab->capacity();
-    CHECK(capacity > 4 * TaskSlab::chunk_size);
+    // One thread's pile alone reaches 3,000 slots (the threads may run one after another).
+    CHECK(capacity >= 3 * TaskSlab::chunk_size);
     std::set<std::uint32_t> all;
     for (std::size_t k = 0; k < capacity; ++k)
         all.insert(acquire_owned(*slab));
