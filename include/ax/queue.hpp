@@ -29,7 +29,7 @@ struct QueueCounters {
 /// The seed's double-buffer queue (§3.2). Producers append slot indices to the standby list under
 /// a mutex; the dispatcher takes the whole list in O(1) and sorts it into priority lanes. The
 /// list is intrusive: slots are chained through the `next` link that Links provides (the record's
-/// own field, free while a task waits here: it is on neither the free list nor a lane), so the
+/// own field, free while a task waits here: it is in no lane), so the
 /// queue holds no buffer sized to its capacity (it was queue_capacity x 4 B twice, reserved up
 /// front) and never allocates. The lock is held for a bounds check and one link store (the old
 /// tail to the new slot; the chain is ended once, at the swap).

@@ -21,7 +21,7 @@ struct Tuning {
     /// smaller sends ordinary captures to the heap.
     static constexpr std::size_t small_buffer_size = 32;
     /// Records per slab chunk, as a power of two (default 2^10). A chunk is allocated at once when
-    /// the free list runs dry: bigger chunks grow less often but cost more memory up front
+    /// every free slot is taken: bigger chunks grow less often but cost more memory up front
     /// (1,024 × 112 B = 112 KiB).
     static constexpr std::uint32_t slab_chunk_bits = 10;
     /// Most chunks a slab may hold (default 2^14, so 16 M live records). The chunk table is

@@ -103,7 +103,8 @@ struct alignas(16) TaskRecord {
     /// Owners: the scheduler until the task leaves history, each handle, each transient pin.
     std::atomic<std::uint32_t> refs{0};
     std::atomic<std::uint32_t> generation{1};
-    /// Link for the free list and for the priority lanes (slot index + 1; 0 ends a list).
+    /// Link for the standby list, the priority lanes, the subtask lane and group parking lists
+    /// (slot index + 1; 0 ends a list). Free slots are not chained (TaskSlab keeps indices).
     std::atomic<std::uint32_t> next{0};
     std::uint32_t timeout_ms = 0;
     std::uint16_t group = 0;

@@ -124,7 +124,7 @@ class TaskSlab {
     /// pick the same stripe as a producer's (thread_stripe is a hint), and a worker filling that
     /// cache would then contend with every acquire of the producer.
     void release_many(const std::uint32_t* indices, std::size_t n) noexcept {
-        std::uint32_t recycled[cache_slots];
+        std::uint32_t recycled[cache_slots]; // pushed a cacheful at a time
         std::size_t m = 0;
         for (std::size_t k = 0; k < n; ++k) {
             const std::uint32_t index = indices[k];
