@@ -52,6 +52,35 @@ TEST_CASE("discard_dead_letter without a handle forgets the task too",
     CHECK_FALSE(sched.query(*id));
 }
 
+TEST_CASE("a dead letter discarded the moment it is listed stays forgotten",
+          "[failures][dead-letters][regression]") {
+    // A dead letter is listed before its terminal state is published, so a discard can set the
+    // forgotten bit before that publication; the publication once replaced the state word
+    // keeping only the waiter bit, and query() then answered for the discarded task (found by
+    // fuzz_ops). The discard here polls the list to land in that window as often as it can.
+    ax::Config cfg;
+    cfg.min_workers = 1;
+    cfg.max_workers = 1;
+    ax::Scheduler sched{cfg};
+    int answered = 0;
+    for (int round = 0; round < 300; ++round) {
+        auto h = sched.submit([] { throw std::runtime_error("dead"); }, {.max_retries = 0});
+        REQUIRE(h);
+        const ax::TaskId id = h->id();
+        // Spun, not polled with sleeps: the window is a few instructions of the worker's.
+        const auto guard = std::chrono::steady_clock::now() + 20s;
+        bool discarded = false;
+        while (!(discarded = sched.discard_dead_letter(id)) &&
+               std::chrono::steady_clock::now() < guard) {
+        }
+        REQUIRE(discarded);
+        REQUIRE(h->wait_for(20s)); // the terminal state is published
+        if (sched.query(id))
+            ++answered;
+    }
+    CHECK(answered == 0);
+}
+
 TEST_CASE("query answers nullopt once a task left the history, even with a handle held",
           "[scheduler][history][regression]") {
     ax::Config cfg;

@@ -151,10 +151,12 @@ bool SchedulerCore<Clock, Controller>::finish(TaskRecord& r, std::uint32_t index
     };
     for (;;) {
         final_state = (s & cancel_requested_bit) != 0 ? TaskState::cancelled : wanted;
-        // Counted before publishing, so whoever sees the terminal state sees the totals.
+        // Counted before publishing, so whoever sees the terminal state sees the totals. The
+        // forgotten bit is kept: a dead letter is listed before this publication, and a discard
+        // in between has already marked it (dropped, query() answered for a discarded task).
         count(1);
         if (r.state.compare_exchange_weak(
-                s, static_cast<std::uint32_t>(final_state) | (s & has_waiter_bit),
+                s, static_cast<std::uint32_t>(final_state) | (s & (has_waiter_bit | forgotten_bit)),
                 std::memory_order_acq_rel)) {
             if ((s & has_waiter_bit) != 0)
                 slab_->notify_waiters(index);

@@ -45,8 +45,9 @@ inline constexpr std::uint32_t has_dependents_bit = 1u << 11;
 /// The running attempt's worker committed to the dead-letter ending: cancel() is too late.
 inline constexpr std::uint32_t ending_bit = 1u << 12;
 /// The scheduler forgot this task: it left the bounded history, or its dead letter was discarded.
-/// query() answers nullopt for it although a handle may still hold the record (set only on a
-/// terminal state; cleared when the slot is recycled).
+/// query() answers nullopt for it although a handle may still hold the record (set on a terminal
+/// state, or by a discard between a dead letter's listing and its terminal state, which keeps
+/// it; cleared when the slot is recycled).
 inline constexpr std::uint32_t forgotten_bit = 1u << 13;
 /// Bits that survive every non-terminal state change.
 inline constexpr std::uint32_t sticky_bits = has_waiter_bit | has_dependents_bit;
