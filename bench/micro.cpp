@@ -7,7 +7,8 @@
 //     two: ax with a fixed pool of 2 and a queue large enough that it never refuses; ax with its
 //     default Config and a producer that obeys retry_after; the textbook mutex + condvar +
 //     std::deque<std::function> pool (naive_pool.hpp); oneTBB task_group; asio::thread_pool
-//   * idle submit-to-start p50 / p99: single submits 200 µs apart into an idle pool
+//   * idle submit-to-start p50 / p99: single submits 200 µs apart into an idle pool, taking
+//     turns among the implementations one submit at a time (all their pools alive at once)
 //   * post() throughput: one producer posting into a queue that one worker drains
 //   * memory per queued task, the queue's share included (one worker blocked, 100k tasks queued)
 //   * the cost of the latency histograms: 1M tiny tasks, one producer, the fixed pool with
@@ -278,44 +279,68 @@ struct StartProbe {
     }
 };
 
-/// Single submits `gap` apart into an idle pool: time from just before the submit call to the
-/// first statement of the body. Returns p50 in value, p99 in value2.
-template <class Submit> Sample idle_latency(const Options& o, Submit&& submit) {
-    std::vector<double> us;
-    us.reserve(static_cast<std::size_t>(o.latency_samples));
+/// One side of the idle comparison: its pool, kept alive for a round, and how to submit one probe
+/// into it.
+struct IdleSide {
+    std::shared_ptr<void> pool;
+    std::function<void(StartProbe&)> submit;
+};
+
+/// Single submits `gap` apart, each into an idle pool: time from just before the submit call to
+/// the first statement of the body. Every side's pool lives for the whole round and the submits
+/// take turns among them, one by one (the order rotated per turn), so the host's state, which on
+/// this VM changes from second to second, weighs on every side alike; a round per side had the
+/// same code read 0.76 - 1.46 x the other side from run to run (docs/hot-path.md, ninth look).
+/// Each pool thus sees a submit every `sides` x gap. Returns p50 in value, p99 in value2, per
+/// side.
+std::vector<Sample> idle_round(const Options& o,
+                               const std::vector<std::function<IdleSide()>>& make) {
+    std::vector<IdleSide> sides;
+    for (const auto& m : make)
+        sides.push_back(m());
+    std::this_thread::sleep_for(20ms); // let the workers park
+    const std::size_t n = sides.size();
+    std::vector<std::vector<double>> us(n);
+    for (auto& v : us)
+        v.reserve(static_cast<std::size_t>(o.latency_samples));
     StartProbe p;
     for (int i = 0; i < o.latency_samples; ++i) {
-        std::this_thread::sleep_for(o.latency_gap);
-        p.flag.store(false, std::memory_order_relaxed);
-        const auto t = now_ns();
-        submit(p);
-        p.flag.wait(false, std::memory_order_acquire);
-        us.push_back(static_cast<double>(p.started.load(std::memory_order_relaxed) - t) / 1e3);
+        for (std::size_t j = 0; j < n; ++j) {
+            const std::size_t k = (j + static_cast<std::size_t>(i)) % n;
+            std::this_thread::sleep_for(o.latency_gap);
+            p.flag.store(false, std::memory_order_relaxed);
+            const auto t = now_ns();
+            sides[k].submit(p);
+            p.flag.wait(false, std::memory_order_acquire);
+            us[k].push_back(static_cast<double>(p.started.load(std::memory_order_relaxed) - t) /
+                            1e3);
+        }
     }
-    std::sort(us.begin(), us.end());
-    auto pct = [&](double q) {
-        return us[std::min(us.size() - 1,
-                           static_cast<std::size_t>(q * static_cast<double>(us.size())))];
-    };
-    Sample s;
-    s.value = pct(0.50);
-    s.value2 = pct(0.99);
-    return s;
+    std::vector<Sample> out(n);
+    for (std::size_t k = 0; k < n; ++k) {
+        auto& v = us[k];
+        std::sort(v.begin(), v.end());
+        auto pct = [&](double q) {
+            return v[std::min(v.size() - 1,
+                              static_cast<std::size_t>(q * static_cast<double>(v.size())))];
+        };
+        out[k].value = pct(0.50);
+        out[k].value2 = pct(0.99);
+    }
+    return out;
 }
 
-Sample idle_ax(const Options& o, const ax::Config& cfg) {
-    ax::Scheduler<> sched(cfg);
-    std::this_thread::sleep_for(20ms); // let the workers park
-    return idle_latency(o, [&](StartProbe& p) {
-        if (!sched.post([&p] { p.body(); }))
-            std::abort();
-    });
+IdleSide idle_ax(const ax::Config& cfg) {
+    auto sched = std::make_shared<ax::Scheduler<>>(cfg);
+    return {sched, [s = sched.get()](StartProbe& p) {
+                if (!s->post([&p] { p.body(); }))
+                    std::abort();
+            }};
 }
 
-Sample idle_naive(const Options& o) {
-    ax_bench::NaivePool pool(o.workers);
-    std::this_thread::sleep_for(20ms);
-    return idle_latency(o, [&](StartProbe& p) { pool.submit([&p] { p.body(); }); });
+IdleSide idle_naive(const Options& o) {
+    auto pool = std::make_shared<ax_bench::NaivePool>(o.workers);
+    return {pool, [q = pool.get()](StartProbe& p) { q->submit([&p] { p.body(); }); }};
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -445,6 +470,8 @@ struct Case {
     Kind kind = Kind::throughput;
     std::function<Sample()> run;
     std::vector<Sample> samples;
+    /// Idle-latency cases only: their pool for an interleaved round (idle_round), instead of run.
+    std::function<IdleSide()> idle = {};
 };
 
 double median(std::vector<double> v) {
@@ -588,7 +615,8 @@ void print_table(const std::vector<Case>& cases, const Options& o) {
         i = j;
     }
     std::printf("\n%d rounds, interleaved (case order rotated each round); %llu tasks per "
-                "throughput round; %u workers; idle: %d submits %lld µs apart; memory: %llu "
+                "throughput round; %u workers; idle: %d submits per implementation, %lld µs apart, "
+                "taking turns one by one; memory: %llu "
                 "tasks queued behind one blocked worker.\n",
                 o.reps, static_cast<unsigned long long>(o.tasks), o.workers, o.latency_samples,
                 static_cast<long long>(o.latency_gap.count()),
@@ -726,20 +754,14 @@ int run_table(int argc, char** argv) {
     }
     if (o.wants("idle")) {
         const std::string m = "idle submit-to-start p50";
-        cases.push_back({m,
-                         "ax default Config",
-                         true,
-                         Kind::latency,
-                         [&o] { return idle_ax(o, ax::Config{}); },
-                         {}});
-        cases.push_back({m,
-                         "ax fixed pool",
-                         true,
-                         Kind::latency,
-                         [&o] { return idle_ax(o, fixed_config(o.workers)); },
-                         {}});
+        cases.push_back({m, "ax default Config", true, Kind::latency, {}, {}, [] {
+                             return idle_ax(ax::Config{});
+                         }});
+        cases.push_back({m, "ax fixed pool", true, Kind::latency, {}, {}, [&o] {
+                             return idle_ax(fixed_config(o.workers));
+                         }});
         cases.push_back(
-            {m, "mutex pool", false, Kind::latency, [&o] { return idle_naive(o); }, {}});
+            {m, "mutex pool", false, Kind::latency, {}, {}, [&o] { return idle_naive(o); }});
     }
     if (o.wants("post")) {
         const std::string m = "post(), 1 producer, 1 worker draining";
@@ -763,12 +785,28 @@ int run_table(int argc, char** argv) {
                 "%.0f ns\n",
                 o.reps, load_avg().c_str(), cache_line_round_trip_ns());
     for (int rep = 0; rep < o.reps; ++rep) {
+        std::vector<Case*> idle;
         for (std::size_t k = 0; k < cases.size(); ++k) {
             Case& c = cases[(k + static_cast<std::size_t>(rep)) % cases.size()];
+            if (c.idle) {
+                idle.push_back(&c);
+                continue;
+            }
             c.samples.push_back(c.run());
             const Sample& s = c.samples.back();
             std::fprintf(stderr, "round %d  %-40s %-32s %10.2f\n", rep + 1, c.measure.c_str(),
                          c.impl.c_str(), s.value);
+        }
+        if (idle.empty())
+            continue;
+        std::vector<std::function<IdleSide()>> make;
+        for (Case* c : idle)
+            make.push_back(c->idle);
+        const std::vector<Sample> got = idle_round(o, make);
+        for (std::size_t k = 0; k < idle.size(); ++k) {
+            idle[k]->samples.push_back(got[k]);
+            std::fprintf(stderr, "round %d  %-40s %-32s %10.2f\n", rep + 1,
+                         idle[k]->measure.c_str(), idle[k]->impl.c_str(), got[k].value);
         }
     }
     std::printf("load average after: %s; cache-line round trip CPU 0 <-> 1: %.0f ns\n",

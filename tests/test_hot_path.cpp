@@ -17,9 +17,11 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <fstream>
 #include <mutex>
 #include <random>
 #include <stop_token>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -495,6 +497,136 @@ TEST_CASE("Futex sleeps on a process-private futex (a shared wake does not reach
     sleeper.join();
 }
 #endif
+
+#if defined(__linux__) && defined(SYS_futex)
+namespace {
+
+/// This thread's kernel id, for asleep().
+int this_tid() {
+    return static_cast<int>(::syscall(SYS_gettid));
+}
+
+/// Whether thread `tid` of this process sleeps in the kernel now (state S in its stat file).
+bool asleep(int tid) {
+    std::ifstream in("/proc/self/task/" + std::to_string(tid) + "/stat");
+    std::string line;
+    std::getline(in, line);
+    const auto close = line.rfind(')'); // the name in parentheses may hold spaces
+    return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'S';
+}
+
+} // namespace
+
+TEST_CASE("Futex: a tagged wake wakes the sleeper with that tag, not the one asleep longest",
+          "[hot_path]") {
+    using ax::detail::Futex;
+    std::atomic<std::uint32_t> word{0};
+    std::atomic<int> tid_a{0}, tid_b{0};
+    std::atomic<bool> woke_a{false}, woke_b{false};
+    std::thread a([&] {
+        tid_a.store(this_tid());
+        Futex::wait_tagged(word, 0, 1u << 3);
+        woke_a.store(true);
+    });
+    // a sleeps first: the kernel's own order would wake it first
+    REQUIRE(eventually([&] { return tid_a.load() != 0 && asleep(tid_a.load()); }));
+    std::thread b([&] {
+        tid_b.store(this_tid());
+        Futex::wait_tagged(word, 0, 1u << 7);
+        woke_b.store(true);
+    });
+    REQUIRE(eventually([&] { return tid_b.load() != 0 && asleep(tid_b.load()); }));
+    word.store(1);
+    CHECK(Futex::wake_tagged(word, 1u << 5) == 0); // nobody carries that tag
+    CHECK(Futex::wake_tagged(word, 1u << 7) == 1);
+    REQUIRE(eventually([&] { return woke_b.load(); }));
+    std::this_thread::sleep_for(50ms);
+    CHECK_FALSE(woke_a.load()); // still asleep: the word changed, but nobody woke it
+    Futex::wake_one(word);      // a plain wake reaches tagged sleepers too
+    REQUIRE(eventually([&] { return woke_a.load(); }));
+    a.join();
+    b.join();
+}
+
+TEST_CASE("Notifier: a wake into a pool idle for a while goes to the worker that slept last",
+          "[hot_path]") {
+    // The most recently parked worker is the warm one (docs/hot-path.md, ninth look); the
+    // kernel alone would wake the one asleep longest.
+    ax::detail::Notifier n;
+    std::atomic<bool> stop{false};
+    std::atomic<int> tid[2] = {0, 0};
+    std::atomic<int> woke[2] = {0, 0};
+    auto worker = [&](int k) {
+        tid[k].store(this_tid());
+        while (!stop.load()) {
+            n.park([&] { return !stop.load(); });
+            woke[k].fetch_add(1);
+        }
+    };
+    const auto idle = ax::Tuning::warm_wake_after + 10ms;
+    std::thread first(worker, 0);
+    REQUIRE(eventually([&] { return n.parked() == 1 && asleep(tid[0].load()); }));
+    std::thread second(worker, 1);
+    REQUIRE(eventually([&] { return n.parked() == 2 && asleep(tid[1].load()); }));
+    std::this_thread::sleep_for(idle);
+    n.prewake(2);
+    REQUIRE(eventually([&] { return woke[1].load() == 1; }));
+    // The second worker parks again and is again the last asleep: the next wake is its too.
+    REQUIRE(eventually([&] { return n.parked() == 2 && asleep(tid[1].load()); }));
+    std::this_thread::sleep_for(idle);
+    n.prewake(2);
+    REQUIRE(eventually([&] { return woke[1].load() == 2; }));
+    std::this_thread::sleep_for(50ms);
+    CHECK(woke[0].load() == 0);
+    stop.store(true);
+    n.notify_all();
+    first.join();
+    second.join();
+}
+#endif
+
+TEST_CASE("Notifier: no wake is lost among several parking workers", "[hot_path]") {
+    // Three workers park and take units; the producer wakes one ahead (prewake: a warm wake when
+    // the pool has idled long enough, by the tag the last sleeper left), adds one unit, notifies
+    // and waits for it to be taken. A wake lost in a race between a hint and a worker's sleep
+    // would leave a unit untaken (the hang guard fails the test).
+    ax::detail::Notifier n;
+    std::atomic<int> work{0};
+    std::atomic<int> done{0};
+    std::atomic<bool> stop{false};
+    std::vector<std::thread> workers;
+    for (int k = 0; k < 3; ++k)
+        workers.emplace_back([&] {
+            while (!stop.load()) {
+                n.park([&] { return work.load() == 0 && !stop.load(); });
+                int w = work.load();
+                while (w > 0 && !work.compare_exchange_weak(w, w - 1)) {
+                }
+                if (w > 0)
+                    done.fetch_add(1);
+            }
+        });
+    constexpr int rounds = 20000;
+    bool lost = false;
+    for (int i = 0; i < rounds && !lost; ++i) {
+        if (i % 64 == 0) // now and then idle long enough for the wake to be a warm one
+            std::this_thread::sleep_for(ax::Tuning::warm_wake_after + 50us);
+        n.prewake(3);
+        work.fetch_add(1);
+        n.notify_one();
+        const auto deadline = std::chrono::steady_clock::now() + 10s;
+        while (done.load() != i + 1 && !lost) {
+            std::this_thread::yield();
+            lost = std::chrono::steady_clock::now() > deadline;
+        }
+    }
+    stop.store(true);
+    n.notify_all();
+    for (auto& t : workers)
+        t.join();
+    CHECK_FALSE(lost);
+    CHECK(done.load() == rounds);
+}
 
 TEST_CASE("Notifier: no wake is lost between a worker's check and its sleep", "[hot_path]") {
     // One worker parks whenever it sees no work; the producer adds one unit, notifies, and waits

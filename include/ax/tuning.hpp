@@ -123,6 +123,15 @@ struct Tuning {
     /// the futex itself). A wake that lands in those yields costs neither side a sleep: more
     /// yields catch more of them on a busy machine, at one sched_yield call each when idle.
     static constexpr std::uint32_t park_yields = 4;
+    /// A wake into a pool whose workers have all been asleep at least this long (default
+    /// 100 µs) goes to the worker that went to sleep last, the one whose stack and task
+    /// structures are most likely still in the caches; with four workers (min_workers' default)
+    /// the kernel's own order, longest asleep first, cost an idle submit 1.3 - 1.8 µs more than
+    /// a pool of two. Shorter idle stays in the kernel's order, which measured 7 - 24 % faster
+    /// for the default Config's refuse-and-retry stream, where nearly every wake follows a park
+    /// by under 50 µs (docs/hot-path.md, ninth look). Zero: always the last one; a very long
+    /// time: always the kernel's order.
+    static constexpr std::chrono::microseconds warm_wake_after{100};
     /// A contended SpinLock yields every this many polls (default 64): sooner gives a preempted
     /// holder its CPU back sooner; later keeps a waiter off the run queue for short holds.
     static constexpr std::uint32_t spin_lock_yield_every = 64;

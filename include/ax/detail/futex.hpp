@@ -39,6 +39,34 @@ struct Futex {
 #endif
     }
 
+    /// wait(), carrying `tag` (a nonzero bit mask) that wake_tagged() can pick sleepers by.
+    /// wake_one() and wake_all() wake tagged sleepers like any other.
+    static void wait_tagged(std::atomic<std::uint32_t>& word, std::uint32_t old,
+                            std::uint32_t tag) noexcept {
+#if defined(__linux__) && defined(SYS_futex)
+        while (word.load(std::memory_order_seq_cst) == old)
+            ::syscall(SYS_futex, addr(word), op_wait_bitset | private_flag, old, nullptr, nullptr,
+                      tag);
+#else
+        (void)tag;
+        word.wait(old, std::memory_order_seq_cst);
+#endif
+    }
+
+    /// Wakes the sleeper on `word` that waited first among those whose tag shares a bit with
+    /// `tag`; returns how many it woke (0 or 1). Where tags are not supported it wakes any one
+    /// sleeper and returns 1.
+    static int wake_tagged(std::atomic<std::uint32_t>& word, std::uint32_t tag) noexcept {
+#if defined(__linux__) && defined(SYS_futex)
+        return static_cast<int>(::syscall(SYS_futex, addr(word), op_wake_bitset | private_flag, 1,
+                                          nullptr, nullptr, tag));
+#else
+        (void)tag;
+        word.notify_one();
+        return 1;
+#endif
+    }
+
     /// Wakes one thread sleeping on `word` (none: a cheap no-op in the kernel).
     static void wake_one(std::atomic<std::uint32_t>& word) noexcept {
 #if defined(__linux__) && defined(SYS_futex)
@@ -63,6 +91,8 @@ struct Futex {
     // file's macros into every user's translation unit.
     static constexpr int op_wait = 0;
     static constexpr int op_wake = 1;
+    static constexpr int op_wait_bitset = 9;
+    static constexpr int op_wake_bitset = 10;
     static constexpr int private_flag = 128;
     static constexpr int int_max = 0x7fffffff;
     static std::uint32_t* addr(std::atomic<std::uint32_t>& word) noexcept {

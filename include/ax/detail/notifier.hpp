@@ -4,6 +4,7 @@
 #include "../tuning.hpp"
 #include "futex.hpp"
 #include "spin_lock.hpp"
+#include "thread_stripe.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -23,6 +24,12 @@ namespace ax::detail {
 /// after that read is never lost. It used a mutex and condition variable until the fourth look
 /// at the hot path (docs/hot-path.md): glibc re-takes the mutex of a woken waiter as contended,
 /// so every wake-up paid a second futex call, ~0.3 us, before the worker could look for work.
+///
+/// Which sleeper a wake reaches: the kernel wakes a word's sleepers longest-asleep first. A
+/// wake into a pool idle for Tuning::warm_wake_after (prewake) instead reaches the worker that
+/// went to sleep last: each sleeper carries a tag (a bit of its thread stripe,
+/// Futex::wait_tagged) and leaves it, with the time it went to sleep, in `last_parked_` and
+/// `last_park_ns_` until it is up again, and that wake picks the sleeper by the tag.
 class Notifier {
   public:
     /// Tells one parked worker that work arrived. Called after every push; costs a fence and a
@@ -46,12 +53,14 @@ class Notifier {
     /// parking right now; that is the job of the notify_one() after the push, which this never
     /// replaces (and which finds the wake in flight and returns). A wake whose push is then
     /// refused costs one worker a spin.
+    /// After Tuning::warm_wake_after of idleness the wake goes to the worker that slept last.
     void prewake(std::uint32_t live) noexcept {
         if (live == 0 || parked_.load(std::memory_order_relaxed) < live ||
             spinning_.load(std::memory_order_relaxed) != 0 ||
             waking_.load(std::memory_order_relaxed))
             return;
-        wake_one();
+        const std::int64_t idle = now_ns() - last_park_ns_.load(std::memory_order_relaxed);
+        wake_one(idle >= std::chrono::nanoseconds(Tuning::warm_wake_after).count());
     }
 
     /// Wakes every parked worker (many tasks at once, shrink, shutdown).
@@ -100,7 +109,13 @@ class Notifier {
             for (std::uint32_t i = 0;
                  i < Tuning::park_yields && epoch_.load(std::memory_order_seq_cst) == e; ++i)
                 std::this_thread::yield();
-            Futex::wait(epoch_, e);
+            const std::uint32_t tag = std::uint32_t{1} << thread_stripe<32>();
+            last_park_ns_.store(now_ns(), std::memory_order_relaxed);
+            last_parked_.store(tag, std::memory_order_relaxed);
+            Futex::wait_tagged(epoch_, e, tag);
+            // Up again: a hint naming this worker would send the next warm wake to nobody.
+            std::uint32_t mine = tag;
+            last_parked_.compare_exchange_strong(mine, 0, std::memory_order_relaxed);
             waking_.exchange(false, std::memory_order_acq_rel);
         }
         parked_.fetch_sub(1, std::memory_order_seq_cst);
@@ -112,18 +127,34 @@ class Notifier {
     }
 
   private:
-    /// Takes the wake token and, unless a wake is already in flight, wakes one parked worker.
-    void wake_one() noexcept {
+    /// Takes the wake token and, unless a wake is already in flight, wakes one parked worker:
+    /// the one that went to sleep last if `warm`, else the kernel's choice.
+    void wake_one(bool warm = false) noexcept {
         if (waking_.exchange(true, std::memory_order_acq_rel))
             return;
         epoch_.fetch_add(1, std::memory_order_seq_cst);
-        Futex::wake_one(epoch_);
+        const std::uint32_t last = warm ? last_parked_.exchange(0, std::memory_order_relaxed) : 0;
+        // A tagged wake that finds nobody: the hint's worker is between its hint and its sleep
+        // (the epoch just moved, so it stays up) or on its way out of park(). Wake another as
+        // well rather than reason about which: a spare wake costs a worker a spin.
+        if (last == 0 || Futex::wake_tagged(epoch_, last) == 0)
+            Futex::wake_one(epoch_);
+    }
+
+    static std::int64_t now_ns() noexcept {
+        return std::chrono::duration_cast<std::chrono::nanoseconds>(
+                   std::chrono::steady_clock::now().time_since_epoch())
+            .count();
     }
 
     std::atomic<std::uint32_t> epoch_{0};
     alignas(64) std::atomic<std::uint32_t> parked_{0};
     std::atomic<std::uint32_t> spinning_{0};
     std::atomic<bool> waking_{false};
+    /// Tag of the worker that went to sleep last, 0 once it is up (a hint for warm wakes).
+    std::atomic<std::uint32_t> last_parked_{0};
+    /// When a worker last went to sleep (steady clock, ns): how long the pool has been idle.
+    std::atomic<std::int64_t> last_park_ns_{0};
 };
 
 } // namespace ax::detail
