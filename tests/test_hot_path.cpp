@@ -11,6 +11,7 @@
 #include <ax/detail/futex.hpp>
 #include <ax/detail/notifier.hpp>
 #include <ax/detail/slab.hpp>
+#include <ax/detail/thread_slice.hpp>
 #include <ax/queue.hpp>
 #include <ax/scheduler.hpp>
 #include <catch2/catch.hpp>
@@ -26,8 +27,10 @@
 #include <vector>
 
 #if defined(__linux__)
-#include <sys/syscall.h> // SYS_futex, for the shared wake the private-futex test sends itself
-#include <unistd.h>      // syscall
+#include <cerrno>
+#include <sys/resource.h> // setpriority, for the slice test's nice value
+#include <sys/syscall.h>  // SYS_futex, for the shared wake the private-futex test sends itself
+#include <unistd.h>       // syscall
 #endif
 
 using namespace std::chrono_literals;
@@ -582,6 +585,121 @@ TEST_CASE("Notifier: a wake into a pool idle for a while goes to the worker that
     n.notify_all();
     first.join();
     second.join();
+}
+#endif
+
+#if defined(__linux__) && defined(SYS_sched_getattr)
+namespace {
+
+/// Thread `tid`'s slice as the kernel reports it (sched_getattr's sched_runtime), -1 on error.
+std::int64_t slice_of(int tid) {
+    struct {
+        std::uint32_t size, policy;
+        std::uint64_t flags;
+        std::int32_t nice;
+        std::uint32_t priority;
+        std::uint64_t runtime, deadline, period;
+        std::uint32_t util_min, util_max;
+    } a{};
+    if (::syscall(SYS_sched_getattr, tid, &a, sizeof a, 0) != 0)
+        return -1;
+    return static_cast<std::int64_t>(a.runtime);
+}
+
+/// Whether the running kernel is 6.12 or later (EEVDF slice requests for fair threads).
+bool kernel_takes_slices() {
+    std::ifstream in("/proc/sys/kernel/osrelease");
+    int major = 0, minor = 0;
+    char dot = 0;
+    in >> major >> dot >> minor;
+    return major > 6 || (major == 6 && minor >= 12);
+}
+
+constexpr std::int64_t wake_slice_ns = ax::Tuning::wake_slice.count();
+
+} // namespace
+
+TEST_CASE("ThreadSlice: a request takes effect, keeps the nice value, and restore undoes it",
+          "[hot_path]") {
+    using ax::detail::ThreadSlice;
+    // A kernel that takes slice requests must be found to (else the idle wake-up loses its
+    // preemption without a word); an older one must be found not to.
+    REQUIRE(ThreadSlice::supported() == kernel_takes_slices());
+    if (!ThreadSlice::supported())
+        return;
+    std::int64_t before = -1, during = -1, after = -1;
+    int nice_during = -100;
+    bool reniced = false; // Catch's assertions are not for other threads: checked after join
+    std::thread t([&] {
+        reniced = ::setpriority(PRIO_PROCESS, static_cast<id_t>(this_tid()), 5) == 0;
+        before = ThreadSlice::requested();
+        const bool ok = ThreadSlice::request(ax::Tuning::wake_slice);
+        during = ok ? ThreadSlice::requested() : -2;
+        errno = 0;
+        nice_during = ::getpriority(PRIO_PROCESS, static_cast<id_t>(this_tid()));
+        ThreadSlice::restore();
+        after = ThreadSlice::requested();
+    });
+    t.join();
+    REQUIRE(reniced);
+    CHECK(during == wake_slice_ns);
+    CHECK(nice_during == 5);
+    CHECK(before != wake_slice_ns);
+    CHECK(after == before);
+}
+
+TEST_CASE("Notifier: the last worker of an idle pool sleeps with a short slice, and prewake "
+          "stands aside for it",
+          "[hot_path]") {
+    if (!ax::detail::ThreadSlice::supported())
+        return; // ThreadSlice's test says why that is right on this kernel
+    ax::detail::Notifier n;
+    std::atomic<int> tid{0};
+    std::atomic<int> woke{0};
+    std::atomic<bool> stop{false};
+    std::atomic<bool> had_short{false};
+    std::thread worker([&] {
+        tid.store(this_tid());
+        bool short_slice = false;
+        while (!stop.load()) {
+            n.park([&] { return !stop.load(); }, 1, &short_slice);
+            had_short.store(short_slice);
+            woke.fetch_add(1);
+        }
+        if (short_slice)
+            ax::detail::ThreadSlice::restore();
+    });
+    // Past its first, timed sleep the worker asks for the short slice and sleeps on.
+    REQUIRE(eventually([&] { return tid.load() != 0 && slice_of(tid.load()) == wake_slice_ns; }));
+    REQUIRE(eventually([&] { return asleep(tid.load()); }));
+    n.prewake(1);
+    std::this_thread::sleep_for(50ms);
+    CHECK(woke.load() == 0); // an early wake would preempt the producer before its push
+    n.notify_one();          // the push's wake
+    REQUIRE(eventually([&] { return woke.load() == 1; }));
+    CHECK(had_short.load());
+    stop.store(true);
+    n.notify_all();
+    worker.join();
+}
+
+TEST_CASE("a worker woken from an idle pool runs its task with the short slice and then gives "
+          "it back",
+          "[hot_path]") {
+    if (!ax::detail::ThreadSlice::supported())
+        return; // ThreadSlice's test says why that is right on this kernel
+    ax::Scheduler sched{fixed(1)};
+    std::this_thread::sleep_for(20ms); // idle for far longer than Tuning::warm_wake_after
+    std::atomic<std::int64_t> second_slice{-1};
+    auto first = sched.submit([&](ax::TaskContext& ctx) {
+        // Queued behind this task on the one worker: it runs after the slice is given back.
+        auto next = ctx.submit([&] { second_slice.store(ax::detail::ThreadSlice::requested()); });
+        return next.has_value() ? ax::detail::ThreadSlice::requested() : std::int64_t{-1};
+    });
+    REQUIRE(first);
+    CHECK(first->get() == wake_slice_ns);
+    REQUIRE(eventually([&] { return second_slice.load() != -1; }));
+    CHECK(second_slice.load() != wake_slice_ns);
 }
 #endif
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "detail/notifier.hpp"
+#include "detail/thread_slice.hpp"
 #include "detail/record.hpp"
 #include "detail/sched_stat.hpp"
 #include "detail/spin_lock.hpp"
@@ -383,11 +384,14 @@ template <class Host> class WorkerPool {
     }
 
     /// Sleeps until notified, unless there is work, a stop, or a reason to retire.
-    void park() {
-        notifier_.park([this] {
-            return !host_.has_work() && !stopping_.load(std::memory_order_seq_cst) &&
-                   !should_retire();
-        });
+    /// `short_slice`: the worker's record of a short slice its idle sleep asked for (Notifier).
+    void park(bool& short_slice) {
+        notifier_.park(
+            [this] {
+                return !host_.has_work() && !stopping_.load(std::memory_order_seq_cst) &&
+                       !should_retire();
+            },
+            live_.load(std::memory_order_relaxed), &short_slice);
     }
 
     /// try_retire() would let a worker go (live > target and above min_workers).
@@ -432,6 +436,9 @@ template <class Host> class WorkerPool {
         // CPU cap below min_workers holds even though min_workers threads stay alive. Changes on
         // idle transitions only; per task the gate costs three relaxed loads.
         bool active = false;
+        // Set while this thread holds the short slice an idle sleep asked for; given back after
+        // the task it woke for, so a busy worker never preempts producers (Notifier).
+        bool short_slice = false;
         while (!stopping_.load(std::memory_order_acquire)) {
             if (!host_.holds_reserved(w) && try_retire()) {
                 retired = true;
@@ -445,6 +452,10 @@ template <class Host> class WorkerPool {
                 active = true;
             }
             if (host_.run_one(w)) {
+                if (short_slice) {
+                    ThreadSlice::restore();
+                    short_slice = false;
+                }
                 if (w.orphaned.load(std::memory_order_acquire))
                     break;
                 if (active_now() > target_.load(std::memory_order_relaxed) &&
@@ -458,7 +469,7 @@ template <class Host> class WorkerPool {
             active = false;
             if (spin_for_work())
                 continue;
-            park();
+            park(short_slice);
         }
         if (active)
             active_.fetch_sub(1, std::memory_order_acq_rel);

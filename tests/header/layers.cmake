@@ -6,7 +6,7 @@ set(AX_HEADER_LAYERS
     # 0: foundations, std only
     errors.hpp=0 config.hpp=0 clock.hpp=0 retry.hpp=0 tuning.hpp=0 shutdown.hpp=0
     detail/lifecycle.hpp=0 detail/thread_stripe.hpp=0 detail/futex.hpp=0
-    detail/huge_region.hpp=0
+    detail/huge_region.hpp=0 detail/thread_slice.hpp=0
     # 1: vocabulary
     task.hpp=1 controller.hpp=1 detail/spin_lock.hpp=1 detail/enqueue_stamp.hpp=1
     # 2: the record and the public types built on the vocabulary

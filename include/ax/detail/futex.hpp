@@ -2,9 +2,12 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 
 #if defined(__linux__)
+#include <cerrno>
+#include <ctime>
 #include <sys/syscall.h>
 #include <unistd.h>
 #endif
@@ -50,6 +53,34 @@ struct Futex {
 #else
         (void)tag;
         word.wait(old, std::memory_order_seq_cst);
+#endif
+    }
+
+    /// wait_tagged() for at most `timeout`: true once the word no longer holds `old`, false if
+    /// the time ran out first. Where timed waits are not supported it waits without a limit.
+    static bool wait_tagged_for(std::atomic<std::uint32_t>& word, std::uint32_t old,
+                                std::uint32_t tag, std::chrono::nanoseconds timeout) noexcept {
+#if defined(__linux__) && defined(SYS_futex)
+        // FUTEX_WAIT_BITSET takes an absolute CLOCK_MONOTONIC time (steady_clock on Linux), so a
+        // return without a wake (a signal) re-waits toward the same deadline.
+        const auto until = std::chrono::steady_clock::now().time_since_epoch() + timeout;
+        const auto secs = std::chrono::duration_cast<std::chrono::seconds>(until);
+        timespec ts{};
+        ts.tv_sec = static_cast<decltype(ts.tv_sec)>(secs.count());
+        ts.tv_nsec = static_cast<decltype(ts.tv_nsec)>(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(until - secs).count());
+        while (word.load(std::memory_order_seq_cst) == old) {
+            if (::syscall(SYS_futex, addr(word), op_wait_bitset | private_flag, old, &ts, nullptr,
+                          tag) != 0 &&
+                errno == ETIMEDOUT)
+                return word.load(std::memory_order_seq_cst) != old;
+        }
+        return true;
+#else
+        (void)tag;
+        (void)timeout;
+        word.wait(old, std::memory_order_seq_cst);
+        return true;
 #endif
     }
 

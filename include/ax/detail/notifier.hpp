@@ -4,6 +4,7 @@
 #include "../tuning.hpp"
 #include "futex.hpp"
 #include "spin_lock.hpp"
+#include "thread_slice.hpp"
 #include "thread_stripe.hpp"
 
 #include <atomic>
@@ -26,10 +27,18 @@ namespace ax::detail {
 /// so every wake-up paid a second futex call, ~0.3 us, before the worker could look for work.
 ///
 /// Which sleeper a wake reaches: the kernel wakes a word's sleepers longest-asleep first. A
-/// wake into a pool idle for Tuning::warm_wake_after (prewake) instead reaches the worker that
-/// went to sleep last: each sleeper carries a tag (a bit of its thread stripe,
-/// Futex::wait_tagged) and leaves it, with the time it went to sleep, in `last_parked_` and
-/// `last_park_ns_` until it is up again, and that wake picks the sleeper by the tag.
+/// wake into a pool idle for Tuning::warm_wake_after instead reaches the worker that went to
+/// sleep last: each sleeper carries a tag (a bit of its thread stripe, Futex::wait_tagged) and
+/// leaves it, with the time it went to sleep, in `last_parked_` and `last_park_ns_` until it is
+/// up again, and that wake picks the sleeper by the tag.
+///
+/// How soon it runs: the last worker of a pool to park sleeps Tuning::warm_wake_after at
+/// first; still asleep then, the pool is idle, and it asks the kernel for a short time slice
+/// (Tuning::wake_slice, ThreadSlice) before it sleeps on, so that its wake-up preempts the
+/// producer whose CPU the kernel puts it on instead of waiting for that producer to block. Such
+/// a sleeper counts in `deep_`, and prewake() stands aside while there is one: woken before the
+/// push, it would run before there was anything to run. The worker gives the slice back after
+/// its next task (WorkerPool), so busy workers keep the default.
 class Notifier {
   public:
     /// Tells one parked worker that work arrived. Called after every push; costs a fence and a
@@ -53,14 +62,14 @@ class Notifier {
     /// parking right now; that is the job of the notify_one() after the push, which this never
     /// replaces (and which finds the wake in flight and returns). A wake whose push is then
     /// refused costs one worker a spin.
-    /// After Tuning::warm_wake_after of idleness the wake goes to the worker that slept last.
+    /// Not while a worker sleeps with a short slice (see the class comment): the push's
+    /// notify_one() wakes it then, and it runs at once.
     void prewake(std::uint32_t live) noexcept {
         if (live == 0 || parked_.load(std::memory_order_relaxed) < live ||
             spinning_.load(std::memory_order_relaxed) != 0 ||
-            waking_.load(std::memory_order_relaxed))
+            waking_.load(std::memory_order_relaxed) || deep_.load(std::memory_order_relaxed) != 0)
             return;
-        const std::int64_t idle = now_ns() - last_park_ns_.load(std::memory_order_relaxed);
-        wake_one(idle >= std::chrono::nanoseconds(Tuning::warm_wake_after).count());
+        wake_one();
     }
 
     /// Wakes every parked worker (many tasks at once, shrink, shutdown).
@@ -101,9 +110,15 @@ class Notifier {
     /// (waking_) is consumed by whichever worker next passes through here, so a token set after
     /// every parked worker had left is never stranded. (Not std::atomic::wait: libstdc++ makes
     /// that a shared futex, which cost each idle wake-up about 0.5 us more, futex.hpp.)
-    template <class ShouldSleep> void park(ShouldSleep&& should_sleep) {
+    ///
+    /// `live`: the pool's workers, so the last of them to park can tell (0: unknown).
+    /// `short_slice`: the caller's record of whether its thread holds a short slice; the last
+    /// worker to park sets it when it asks for one (see the class comment), and the caller gives
+    /// the slice back (ThreadSlice::restore) and clears it after its next task. Null: never ask.
+    template <class ShouldSleep>
+    void park(ShouldSleep&& should_sleep, std::uint32_t live = 0, bool* short_slice = nullptr) {
         const std::uint32_t e = epoch_.load(std::memory_order_seq_cst);
-        parked_.fetch_add(1, std::memory_order_seq_cst);
+        const bool last = parked_.fetch_add(1, std::memory_order_seq_cst) + 1 >= live && live != 0;
         const bool token = waking_.exchange(false, std::memory_order_acq_rel);
         if (!token && should_sleep()) {
             for (std::uint32_t i = 0;
@@ -112,7 +127,10 @@ class Notifier {
             const std::uint32_t tag = std::uint32_t{1} << thread_stripe<32>();
             last_park_ns_.store(now_ns(), std::memory_order_relaxed);
             last_parked_.store(tag, std::memory_order_relaxed);
-            Futex::wait_tagged(epoch_, e, tag);
+            if (!last || short_slice == nullptr || Tuning::wake_slice.count() == 0)
+                Futex::wait_tagged(epoch_, e, tag);
+            else if (!Futex::wait_tagged_for(epoch_, e, tag, Tuning::warm_wake_after))
+                sleep_deep(e, tag, *short_slice);
             // Up again: a hint naming this worker would send the next warm wake to nobody.
             std::uint32_t mine = tag;
             last_parked_.compare_exchange_strong(mine, 0, std::memory_order_relaxed);
@@ -127,12 +145,28 @@ class Notifier {
     }
 
   private:
+    /// The rest of an idle pool's last sleep, with a short slice if the kernel grants one.
+    void sleep_deep(std::uint32_t e, std::uint32_t tag, bool& short_slice) noexcept {
+        if (!short_slice)
+            short_slice = ThreadSlice::request(Tuning::wake_slice);
+        if (!short_slice) {
+            Futex::wait_tagged(epoch_, e, tag);
+            return;
+        }
+        deep_.fetch_add(1, std::memory_order_seq_cst);
+        Futex::wait_tagged(epoch_, e, tag);
+        deep_.fetch_sub(1, std::memory_order_seq_cst);
+    }
+
     /// Takes the wake token and, unless a wake is already in flight, wakes one parked worker:
-    /// the one that went to sleep last if `warm`, else the kernel's choice.
-    void wake_one(bool warm = false) noexcept {
+    /// the one that went to sleep last once the pool has idled Tuning::warm_wake_after, else the
+    /// kernel's choice.
+    void wake_one() noexcept {
         if (waking_.exchange(true, std::memory_order_acq_rel))
             return;
         epoch_.fetch_add(1, std::memory_order_seq_cst);
+        const bool warm = now_ns() - last_park_ns_.load(std::memory_order_relaxed) >=
+                          std::chrono::nanoseconds(Tuning::warm_wake_after).count();
         const std::uint32_t last = warm ? last_parked_.exchange(0, std::memory_order_relaxed) : 0;
         // A tagged wake that finds nobody: the hint's worker is between its hint and its sleep
         // (the epoch just moved, so it stays up) or on its way out of park(). Wake another as
@@ -155,6 +189,8 @@ class Notifier {
     std::atomic<std::uint32_t> last_parked_{0};
     /// When a worker last went to sleep (steady clock, ns): how long the pool has been idle.
     std::atomic<std::int64_t> last_park_ns_{0};
+    /// Workers asleep with a short slice (prewake() stands aside while there are any).
+    std::atomic<std::uint32_t> deep_{0};
 };
 
 } // namespace ax::detail
