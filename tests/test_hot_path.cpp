@@ -703,10 +703,39 @@ TEST_CASE("a worker woken from an idle pool runs its task with the short slice a
 }
 #endif
 
+namespace {
+
+/// Adds `rounds` units one at a time, each with the notify a push makes (and, when
+/// `prewake_live` is not 0, the pre-wake before it, idling now and then long enough for warm
+/// wakes and short-slice sleeps), and waits for each to be taken. False if one was not taken
+/// within a generous hang guard: a lost wake.
+bool feed_units(ax::detail::Notifier& n, std::atomic<int>& work, const std::atomic<int>& done,
+                int rounds, std::uint32_t prewake_live) {
+    for (int i = 0; i < rounds; ++i) {
+        if (prewake_live != 0) {
+            if (i % 64 == 0)
+                std::this_thread::sleep_for(ax::Tuning::warm_wake_after + 50us);
+            n.prewake(prewake_live);
+        }
+        work.fetch_add(1);
+        n.notify_one();
+        const auto deadline = std::chrono::steady_clock::now() + 10s;
+        while (done.load() != i + 1) {
+            std::this_thread::yield();
+            if (std::chrono::steady_clock::now() > deadline)
+                return false;
+        }
+    }
+    return true;
+}
+
+} // namespace
+
 TEST_CASE("Notifier: no wake is lost among several parking workers", "[hot_path]") {
     // Three workers park and take units; the producer wakes one ahead (prewake: a warm wake when
-    // the pool has idled long enough, by the tag the last sleeper left), adds one unit, notifies
-    // and waits for it to be taken. A wake lost in a race between a hint and a worker's sleep
+    // the pool has idled long enough, by the tag the last sleeper left; none while the last
+    // sleeps with a short slice), adds one unit, notifies and waits for it to be taken. A wake
+    // lost in a race between a hint, a timed sleep or a short-slice sleep and a worker's check
     // would leave a unit untaken (the hang guard fails the test).
     ax::detail::Notifier n;
     std::atomic<int> work{0};
@@ -715,8 +744,13 @@ TEST_CASE("Notifier: no wake is lost among several parking workers", "[hot_path]
     std::vector<std::thread> workers;
     for (int k = 0; k < 3; ++k)
         workers.emplace_back([&] {
+            bool short_slice = false; // the last to park may sleep with a short slice
             while (!stop.load()) {
-                n.park([&] { return work.load() == 0 && !stop.load(); });
+                n.park([&] { return work.load() == 0 && !stop.load(); }, 3, &short_slice);
+                if (short_slice) {
+                    ax::detail::ThreadSlice::restore();
+                    short_slice = false;
+                }
                 int w = work.load();
                 while (w > 0 && !work.compare_exchange_weak(w, w - 1)) {
                 }
@@ -725,19 +759,7 @@ TEST_CASE("Notifier: no wake is lost among several parking workers", "[hot_path]
             }
         });
     constexpr int rounds = 20000;
-    bool lost = false;
-    for (int i = 0; i < rounds && !lost; ++i) {
-        if (i % 64 == 0) // now and then idle long enough for the wake to be a warm one
-            std::this_thread::sleep_for(ax::Tuning::warm_wake_after + 50us);
-        n.prewake(3);
-        work.fetch_add(1);
-        n.notify_one();
-        const auto deadline = std::chrono::steady_clock::now() + 10s;
-        while (done.load() != i + 1 && !lost) {
-            std::this_thread::yield();
-            lost = std::chrono::steady_clock::now() > deadline;
-        }
-    }
+    const bool lost = !feed_units(n, work, done, rounds, 3);
     stop.store(true);
     n.notify_all();
     for (auto& t : workers)
@@ -764,16 +786,7 @@ TEST_CASE("Notifier: no wake is lost between a worker's check and its sleep", "[
         }
     });
     constexpr int rounds = 20000;
-    bool lost = false;
-    for (int i = 0; i < rounds && !lost; ++i) {
-        work.fetch_add(1);
-        n.notify_one();
-        const auto deadline = std::chrono::steady_clock::now() + 10s;
-        while (done.load() != i + 1 && !lost) {
-            std::this_thread::yield();
-            lost = std::chrono::steady_clock::now() > deadline;
-        }
-    }
+    const bool lost = !feed_units(n, work, done, rounds, 0);
     stop.store(true);
     n.notify_all();
     worker.join();

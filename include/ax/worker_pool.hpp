@@ -2,10 +2,10 @@
 #pragma once
 
 #include "detail/notifier.hpp"
-#include "detail/thread_slice.hpp"
 #include "detail/record.hpp"
 #include "detail/sched_stat.hpp"
 #include "detail/spin_lock.hpp"
+#include "detail/thread_slice.hpp"
 #include "metrics.hpp"
 
 #include <algorithm>
