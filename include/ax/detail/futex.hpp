@@ -34,12 +34,7 @@ struct Futex {
 
     /// Sleeps until `word` no longer holds `old` (re-checked after every return of the kernel).
     static void wait(std::atomic<std::uint32_t>& word, std::uint32_t old) noexcept {
-#if defined(__linux__) && defined(SYS_futex)
-        while (word.load(std::memory_order_seq_cst) == old)
-            ::syscall(SYS_futex, addr(word), op_wait | private_flag, old, nullptr, nullptr, 0);
-#else
-        word.wait(old, std::memory_order_seq_cst);
-#endif
+        wait_tagged(word, old, any_tag); // FUTEX_WAIT is FUTEX_WAIT_BITSET with every bit set
     }
 
     /// wait(), carrying `tag` (a nonzero bit mask) that wake_tagged() can pick sleepers by.
@@ -117,10 +112,11 @@ struct Futex {
     }
 
   private:
+    static constexpr std::uint32_t any_tag = 0xffffffffu; // FUTEX_BITSET_MATCH_ANY
+
 #if defined(__linux__) && defined(SYS_futex)
     // The kernel's ABI values (linux/futex.h), spelled here so the header does not bring that
     // file's macros into every user's translation unit.
-    static constexpr int op_wait = 0;
     static constexpr int op_wake = 1;
     static constexpr int op_wait_bitset = 9;
     static constexpr int op_wake_bitset = 10;

@@ -41,7 +41,7 @@ struct ThreadSlice {
     /// This thread's slice in ns as the kernel reports it (its default, 1.4 ms on the
     /// development VM, unless requested otherwise), or -1 where it cannot be read.
     static std::int64_t requested() noexcept {
-#if defined(__linux__) && defined(SYS_sched_getattr)
+#if defined(__linux__) && defined(SYS_sched_getattr) && defined(SYS_sched_setattr)
         Attr a{};
         if (!get(a))
             return -1;
