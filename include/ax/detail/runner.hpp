@@ -205,7 +205,9 @@ void SchedulerCore<Clock, Controller>::execute(std::uint32_t index, Worker& w, s
     if (hooks.on_start)
         hooks_.call(hooks.on_start, HookCaller::attempt_event(r, id, attempt, start, start));
     std::exception_ptr error = r.manager(ManagerOp::run, r, &a);
-    const std::int64_t end = end_of_attempt(w.local);
+    // Not before `start`: a reused end reading can be older than an enqueue stamp taken after
+    // it (stamps may be late by a few tens of ns), and query() promises started <= finished.
+    const std::int64_t end = std::max(end_of_attempt(w.local), start);
     w.local.last_end_ns = end;
     a.restore();
     if (a.abandoned) {
