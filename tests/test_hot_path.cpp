@@ -108,8 +108,7 @@ TEST_CASE("a long attempt after a run of tiny ones is timed from a fresh clock r
     REQUIRE(eventually([&] { return sched.metrics().average_duration.count() > 0; }));
 }
 
-TEST_CASE("a tiny task never finishes before it started, reused end stamps or not",
-          "[hot_path]") {
+TEST_CASE("a tiny task never finishes before it started, reused end stamps or not", "[hot_path]") {
     // A worker reuses its last end reading for attempts that follow within
     // Tuning::stale_end_ticks, and an attempt starts no earlier than its enqueue stamp, which may
     // be a few tens of ns late; an attempt enqueued after that reading once got a finish before
