@@ -4,6 +4,7 @@
 // Each test case works in a database of its own.
 
 #define CATCH_CONFIG_RUNNER
+#include <algorithm>
 #include <atomic>
 #include <ax/pg/pg.hpp>
 #include <catch2/catch.hpp>
@@ -13,6 +14,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <random>
 #include <set>
 #include <signal.h>
 #include <string>
@@ -425,50 +427,138 @@ TEST_CASE("the maintenance node vacuums the hot table once dead rows pile up; 0 
     run("ax_t_vacuum_not_owner", 2000, false);
 }
 
-TEST_CASE("maintenance prunes old history and summarizes the recent history's BRIN ranges, "
-          "skipping that behind a VACUUM's lock",
+namespace {
+/// The history ring's row: current slot, and which slots hold rows (closed_at not NULL).
+struct Ring {
+    int cur = 0;
+    std::int64_t emptied = 0;
+    std::string closed; // closed_at as text, e.g. {NULL,"2026-..."}
+};
+Ring ring(pg::detail::Connection& s, const char* name) {
+    auto r =
+        s.exec_params("SELECT cur, emptied, closed_at::text FROM ax.rings WHERE name = $1", {name});
+    return {static_cast<int>(r.int64(0, 0)), r.int64(0, 1), std::string(r.text(0, 2))};
+}
+std::int64_t slot_rows(const Db& db, const std::string& table, int slot) {
+    return db.scalar("SELECT count(*) FROM ax." + table + "_" + std::to_string(slot));
+}
+} // namespace
+
+TEST_CASE("the history is a ring of slots: a slot is emptied whole once its newest row is past "
+          "the retention, never earlier, and a reader's lock only postpones it",
           "[pg][history]") {
     Db db("ax_t_history");
     auto s = db.sql();
-    const auto add = [&](std::int64_t from, std::int64_t to, const char* finished) {
+    const auto add = [&](std::int64_t from, std::int64_t to) {
         s.exec(("INSERT INTO ax.history (id, kind, priority, state, attempts, node_id, "
-                "enqueued_at, finished_at) SELECT i, 'k', 1, 1, 1, 1, now(), " +
-                std::string(finished) + " FROM generate_series(" + std::to_string(from) + ", " +
-                std::to_string(to) + ") i")
+                "enqueued_at) SELECT i, 'k', 1, 1, 1, 1, now() FROM generate_series(" +
+                std::to_string(from) + ", " + std::to_string(to) + ") i")
                    .c_str());
     };
-    add(1, 3000, "now() - interval '2 hours'");
-    add(3001, 63000, "now()");
-    // With the maintenance lock: the old rows go (one prune batch holds them all) and every new
-    // range is summarized, so nothing is left for a later summarize.
-    auto r = s.exec("SELECT got_lock, pruned FROM ax.maintain(3600000, 10000)");
-    CHECK(r.boolean(0, 0));
-    CHECK(r.int64(0, 1) == 3000);
-    CHECK(db.scalar("SELECT brin_summarize_new_values('ax.history_finished')") == 0);
-    CHECK(db.scalar("SELECT count(*) FROM ax.history") == 60000);
+    // Time is injected by moving the ring's own clock readings back: opened_at (when the current
+    // slot started taking rows) and closed_at (when each other slot stopped).
+    const auto age_current = [&](const char* by) {
+        s.exec(("UPDATE ax.rings SET opened_at = opened_at - interval '" + std::string(by) +
+                "' WHERE name = 'history'")
+                   .c_str());
+    };
+    const auto age_closed = [&](const char* by) {
+        s.exec(("UPDATE ax.rings SET closed_at = (SELECT array_agg(c - interval '" +
+                std::string(by) +
+                "' ORDER BY i) FROM unnest(closed_at) WITH ORDINALITY AS u(c, i)) "
+                "WHERE name = 'history'")
+                   .c_str());
+    };
+    const auto turn = [&](std::int64_t retention_ms) {
+        return s
+            .exec_params("SELECT ax.turn_ring('history', $1)",
+                         {std::to_string(retention_ms).c_str()})
+            .int64(0, 0);
+    };
+    const std::int64_t hour = 3600000; // retention 1 h: slot width 1 h / 7
 
-    // A session holding the lock a VACUUM takes: maintenance does not wait for it, skips the
-    // summary (the ranges are still new afterwards) and still prunes.
-    add(63001, 123000, "now()");
-    add(123001, 124000, "now() - interval '2 hours'");
+    add(1, 1000);
+    CHECK(slot_rows(db, "history", 0) == 1000);
+    CHECK(turn(hour) == 0); // the current slot is young: nothing turns
+    CHECK(ring(s, "history").cur == 0);
+    age_current("9 minutes"); // past 60 / 7 = 8.6 minutes: the ring turns
+    CHECK(turn(hour) == 0);
+    CHECK(ring(s, "history").cur == 1);
+    add(1001, 3000); // new rows go to slot 1
+    CHECK(slot_rows(db, "history", 0) == 1000);
+    CHECK(slot_rows(db, "history", 1) == 2000);
+    // Slot 0 closed just now: its rows are kept for the whole retention, however often
+    // maintenance runs.
+    for (int i = 0; i < 3; ++i)
+        CHECK(turn(hour) == 0);
+    age_closed("59 minutes");
+    CHECK(turn(hour) == 0);
+    CHECK(slot_rows(db, "history", 0) == 1000);
+    // Past the retention: emptied whole, and only slot 0.
+    age_closed("2 minutes");
+    CHECK(turn(hour) == 1);
+    CHECK(slot_rows(db, "history", 0) == 0);
+    CHECK(slot_rows(db, "history", 1) == 2000);
+    CHECK(ring(s, "history").emptied == 1);
+
+    // A reader holding the whole table (every slot) postpones the TRUNCATE by at most its lock
+    // timeout (50 ms) instead of queueing behind it, and the next pass does it.
+    age_current("9 minutes");
+    CHECK(turn(hour) == 0);
+    CHECK(ring(s, "history").cur == 2);
+    age_closed("61 minutes");
+    auto reader = db.sql();
+    reader.exec("BEGIN");
+    reader.exec("SELECT count(*) FROM ax.history");
+    const auto t0 = std::chrono::steady_clock::now();
+    CHECK(turn(hour) == 0);
+    CHECK(std::chrono::steady_clock::now() - t0 < 5s); // hang guard: it did not wait for COMMIT
+    CHECK(slot_rows(db, "history", 1) == 2000);
+    reader.exec("COMMIT");
+    CHECK(turn(hour) == 1);
+    CHECK(slot_rows(db, "history", 1) == 0);
+
+    // An acknowledgement inserting into the current slot while another slot is being emptied:
+    // neither waits for the other (the TRUNCATE locks its slot alone, not the parent table).
+    add(3001, 3500); // slot 2
+    age_current("9 minutes");
+    CHECK(turn(hour) == 0); // now slot 3
+    age_closed("61 minutes");
+    auto truncating = db.sql();
+    truncating.exec("BEGIN");
+    CHECK(truncating.exec("SELECT ax.turn_ring('history', 3600000)").int64(0, 0) == 1);
+    auto acking = db.sql();
+    acking.exec("SET lock_timeout = '2s'");
+    acking.exec("INSERT INTO ax.history (id, kind, priority, state, attempts, enqueued_at) "
+                "VALUES (9999, 'k', 1, 1, 1, now())"); // would time out if it waited
+    truncating.exec("COMMIT");
+    CHECK(slot_rows(db, "history", 3) == 1);
+    CHECK(slot_rows(db, "history", 2) == 0);
+
+    // Without the maintenance lock (another node holds it) maintenance turns nothing.
+    age_current("9 minutes");
     auto blocker = db.sql();
     blocker.exec("BEGIN");
-    blocker.exec("LOCK TABLE ax.history IN SHARE UPDATE EXCLUSIVE MODE");
+    blocker.exec("SELECT pg_advisory_xact_lock(7887330361530609268)");
+    auto r = s.exec("SELECT got_lock, pruned FROM ax.maintain(3600000, 10000)");
+    CHECK(!r.boolean(0, 0));
+    CHECK(ring(s, "history").cur == 3);
+    blocker.exec("COMMIT");
     r = s.exec("SELECT got_lock, pruned FROM ax.maintain(3600000, 10000)");
     CHECK(r.boolean(0, 0));
-    CHECK(r.int64(0, 1) == 1000);
-    blocker.exec("COMMIT");
-    CHECK(db.scalar("SELECT brin_summarize_new_values('ax.history_finished')") > 0);
+    CHECK(ring(s, "history").cur == 4);
 
-    // Without the maintenance lock (another node holds it) nothing is pruned or summarized.
-    add(124001, 125000, "now() - interval '2 hours'");
-    blocker.exec("BEGIN");
-    blocker.exec("SELECT pg_advisory_xact_lock(7887330361530609268)");
-    r = s.exec("SELECT got_lock, pruned FROM ax.maintain(3600000, 10000)");
-    CHECK(!r.boolean(0, 0));
-    CHECK(r.int64(0, 1) == 0);
-    blocker.exec("COMMIT");
-    CHECK(db.scalar("SELECT count(*) FROM ax.history") == 60000 + 60000 + 1000);
+    // A retention grown meanwhile: the next slot still holds rows younger than it, so the ring
+    // does not turn onto it (the current slot keeps taking rows; nothing is dropped early).
+    for (int i = 0; i < 8; ++i) {
+        add(20000 + i * 10, 20000 + i * 10 + 9);
+        age_current("9 minutes");
+        turn(hour);
+    }
+    const int before = ring(s, "history").cur;
+    age_current("10 hours");
+    CHECK(turn(24 * hour) == 0);
+    CHECK(ring(s, "history").cur == before);
 }
 
 TEST_CASE("a PostgreSQL restart while nodes run: they reconnect and nothing is lost",
@@ -632,6 +722,144 @@ TEST_CASE("idempotency keys return the first task's ID, live or recently finishe
     CHECK(again.existed);
     CHECK(again.id == a.id);
     CHECK(c.counts().live() == 0);
+}
+
+TEST_CASE("a key is remembered through dead letter, replay and discard, then for the "
+          "retention after its task ended, and then makes a new task",
+          "[pg][idempotency]") {
+    Db db("ax_t_idem_life");
+    pg::Client c(db.conninfo);
+    auto s = db.sql();
+    const auto a = c.enqueue({.kind = "fails", .max_attempts = 1, .idempotency_key = "K"});
+    pg::Node node(quick_node(db, "idem_life"));
+    node.handle("fails", [](pg::Job&) { throw std::runtime_error("down"); });
+    node.start();
+    REQUIRE(wait_until([&] { return c.counts().dead_letters == 1; }, 30s));
+    CHECK(c.enqueue({.kind = "fails", .idempotency_key = "K"}).id == a.id); // a dead letter
+    REQUIRE(c.replay_dead_letter(a.id));
+    CHECK(c.enqueue({.kind = "fails", .idempotency_key = "K"}).id == a.id); // live again
+    REQUIRE(wait_until([&] { return c.counts().dead_letters == 1; }, 30s));
+    node.stop();
+    REQUIRE(c.discard_dead_letter(a.id));
+    CHECK(c.enqueue({.kind = "fails", .idempotency_key = "K"}).id == a.id); // discarded
+    CHECK(db.scalar("SELECT count(*) FROM ax.idem_keys WHERE finished_at IS NOT NULL") == 1);
+    // Within the retention maintenance keeps it; past it the key is forgotten and makes a new
+    // task (the clock is injected by back-dating the key's end).
+    s.exec("SELECT ax.maintain(3600000, 10000)");
+    CHECK(c.enqueue({.kind = "fails", .idempotency_key = "K"}).existed);
+    s.exec("UPDATE ax.idem_keys SET finished_at = finished_at - interval '2 hours'");
+    CHECK(s.exec("SELECT pruned FROM ax.maintain(3600000, 10000)").int64(0, 0) == 1);
+    const auto b2 = c.enqueue({.kind = "fails", .idempotency_key = "K"});
+    CHECK(!b2.existed);
+    CHECK(b2.id != a.id);
+    // A live task's key and a dead letter's are never forgotten, however old.
+    s.exec("UPDATE ax.tasks SET enqueued_at = enqueued_at - interval '1 year'");
+    s.exec("SELECT ax.maintain(1, 10000)");
+    CHECK(c.enqueue({.kind = "fails", .idempotency_key = "K"}).id == b2.id);
+    // A cancelled task's key starts its retention too.
+    CHECK(c.cancel(b2.id) == pg::CancelResult::cancelled);
+    CHECK(db.scalar("SELECT count(*) FROM ax.idem_keys WHERE idem_key = 'K' AND finished_at IS "
+                    "NOT NULL") == 1);
+    // Dead letters past their ring's retention go whole, and their keys with them.
+    const auto d = c.enqueue({.kind = "gone", .idempotency_key = "D"});
+    s.exec(("SELECT ax.dead_letter(" + std::to_string(d.id) + ", 'x', 'permanent error')").c_str());
+    CHECK(c.enqueue({.kind = "gone", .idempotency_key = "D"}).id == d.id);
+    s.exec("UPDATE ax.rings SET opened_at = opened_at - interval '3 days' WHERE name = "
+           "'dead_letters'");
+    s.exec("SELECT ax.turn_ring('dead_letters', NULL)"); // slot 0 closes
+    s.exec("UPDATE ax.rings SET closed_at[1] = closed_at[1] - interval '15 days' WHERE name = "
+           "'dead_letters'");
+    CHECK(s.exec("SELECT ax.turn_ring('dead_letters', NULL)").int64(0, 0) == 1);
+    CHECK(c.counts().dead_letters == 0);
+    CHECK(!c.enqueue({.kind = "gone", .idempotency_key = "D"}).existed);
+}
+
+TEST_CASE("one key, one task: concurrent producers racing nodes that finish the key's task",
+          "[pg][idempotency_race]") {
+    Db db("ax_t_idem_race");
+    const int keys = 1000, producers = 4, per_call = 25;
+    const int calls = 1000; // per producer: 4 x 1000 x 25 = 100 000 keyed enqueues
+    std::vector<std::unique_ptr<Proc>> procs;
+    for (int i = 0; i < 3; ++i)
+        procs.push_back(std::make_unique<Proc>(
+            db.conninfo, "race" + std::to_string(i),
+            std::vector<std::string>{"--kinds", "noop", "--workers", "2", "--max-batch", "64"}));
+    // Each producer walks a window of 60 keys that slides over the 1000 keys during the run, so
+    // every key is enqueued again and again while its task is pending, claimed, being
+    // acknowledged (moving to the history) and finished: the interleavings that made two tasks.
+    std::vector<std::map<std::string, std::set<std::int64_t>>> seen(producers);
+    std::atomic<int> errors{0};
+    std::vector<std::thread> threads;
+    for (int p = 0; p < producers; ++p)
+        threads.emplace_back([&, p] {
+            try {
+                pg::Client c(db.conninfo);
+                std::mt19937 rng(static_cast<unsigned>(p * 7919 + 1));
+                std::vector<std::string> names(per_call);
+                for (int call = 0; call < calls; ++call) {
+                    const int base = call * (keys - 60) / (calls - 1);
+                    std::set<int> pick;
+                    while (static_cast<int>(pick.size()) < per_call)
+                        pick.insert(base + static_cast<int>(rng() % 60));
+                    std::vector<pg::NewTask> batch;
+                    int k = 0;
+                    for (int key : pick) {
+                        names[static_cast<std::size_t>(k)] = "key-" + std::to_string(key);
+                        batch.push_back({.kind = "noop",
+                                         .idempotency_key = names[static_cast<std::size_t>(k)]});
+                        ++k;
+                    }
+                    std::shuffle(batch.begin(), batch.end(), rng);
+                    const auto ids = c.enqueue_many(batch);
+                    for (std::size_t i = 0; i < batch.size(); ++i)
+                        seen[static_cast<std::size_t>(p)][std::string(batch[i].idempotency_key)]
+                            .insert(ids[i].id);
+                }
+            } catch (const std::exception& e) {
+                std::fprintf(stderr, "  producer %d: %s\n", p, e.what());
+                errors.fetch_add(1);
+            }
+        });
+    for (auto& t : threads)
+        t.join();
+    CHECK(errors.load() == 0);
+    pg::Client c(db.conninfo);
+    REQUIRE(wait_until([&] { return c.counts().live() == 0; }, 120s));
+    for (auto& p : procs)
+        CHECK(p->stop() == 0);
+    // Every answer for a key, from every producer, is one ID.
+    std::map<std::string, std::set<std::int64_t>> all;
+    for (auto& m : seen)
+        for (auto& [k, ids] : m)
+            all[k].insert(ids.begin(), ids.end());
+    std::size_t split_keys = 0;
+    for (auto& [k, ids] : all)
+        split_keys += ids.size() != 1;
+    std::printf("  %d keyed enqueues of %zu keys against 3 nodes: %zu key(s) answered with more "
+                "than one ID\n",
+                producers * calls * per_call, all.size(), split_keys);
+    CHECK(all.size() == static_cast<std::size_t>(keys));
+    CHECK(split_keys == 0);
+    // And the tables agree: one task row per key over live, history and dead letters, the one
+    // the key's row names and the producers were told.
+    CHECK(db.scalar("SELECT count(*) FROM (SELECT idem_key FROM (SELECT idem_key, id FROM "
+                    "ax.tasks UNION ALL SELECT idem_key, id FROM ax.history UNION ALL SELECT "
+                    "idem_key, id FROM ax.dead_letters) t WHERE idem_key IS NOT NULL GROUP BY "
+                    "idem_key HAVING count(*) > 1) d") == 0);
+    CHECK(db.scalar("SELECT count(*) FROM ax.history") == keys);
+    CHECK(db.scalar("SELECT count(*) FROM ax.idem_keys") == keys);
+    CHECK(db.scalar("SELECT count(*) FROM ax.idem_keys k JOIN ax.history h ON h.id = k.task_id "
+                    "AND h.idem_key = k.idem_key") == keys);
+    auto s = db.sql();
+    for (auto& [k, ids] : all) {
+        const auto id =
+            s.exec_params("SELECT task_id FROM ax.idem_keys WHERE idem_key = $1", {k.c_str()})
+                .int64(0, 0);
+        if (id != *ids.begin()) {
+            FAIL("key " << k << ": the table says " << id << ", producers were told "
+                        << *ids.begin());
+        }
+    }
 }
 
 TEST_CASE("bulk enqueue: IDs in input order, every field stored, all or nothing; keyed and "
