@@ -561,6 +561,82 @@ TEST_CASE("the history is a ring of slots: a slot is emptied whole once its newe
     CHECK(ring(s, "history").cur == before);
 }
 
+TEST_CASE("under a flood that never pauses the history holds only what finished within its "
+          "retention, and empties once the flood ends",
+          "[pg][history_flood]") {
+    Db db("ax_t_flood");
+    pg::Client c(db.conninfo);
+    std::vector<std::unique_ptr<pg::Node>> nodes;
+    for (int i = 0; i < 2; ++i) {
+        auto o = quick_node(db, "flood" + std::to_string(i));
+        o.history_retention = 1000ms;
+        o.maintenance_interval = 100ms;
+        // A small prune batch: rows leave the history a slot at a time, whatever it is (it bounds
+        // only the keys forgotten per pass). Row-by-row pruning of 100 per pass could not keep
+        // up with this flood.
+        o.prune_batch = 100;
+        nodes.push_back(std::make_unique<pg::Node>(o));
+        nodes.back()->handle("noop", [](pg::Job&) {});
+        nodes.back()->start();
+    }
+    const auto finished = [&] {
+        std::int64_t n = 0;
+        for (auto& nd : nodes)
+            n += static_cast<std::int64_t>(nd->stats().succeeded);
+        return n;
+    };
+    // The ring may keep the retention x 8 / 7 (the slot being filled) plus a maintenance pass
+    // before it turns; a second of slack for the acknowledgement's delay and the sampling.
+    const double window_s = 1.0 * 8 / 7 + 0.1 + 1.0;
+    struct Point {
+        double t;
+        std::int64_t finished;
+    };
+    std::vector<Point> points;
+    std::atomic<bool> producing{true};
+    std::thread producer([&] {
+        pg::Client p(db.conninfo);
+        for (int i = 0; i < 60; ++i) { // 60 x 1000 tasks, as fast as the nodes take them
+            p.enqueue_many(tasks_of("noop", 1000));
+            while (p.counts().live() > 3000)
+                std::this_thread::sleep_for(10ms);
+        }
+        producing.store(false);
+    });
+    auto s = db.sql();
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto now_s = [&] {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    };
+    std::int64_t worst_excess = 0, max_rows = 0;
+    while (producing.load() && now_s() < 240) {
+        const double t = now_s();
+        const std::int64_t rows = s.exec("SELECT count(*) FROM ax.history").int64(0, 0);
+        const std::int64_t done = finished();
+        points.push_back({t, done});
+        std::int64_t before = 0;
+        for (auto& p : points)
+            if (p.t <= t - window_s)
+                before = p.finished;
+        worst_excess = std::max(worst_excess, rows - (done - before));
+        max_rows = std::max(max_rows, rows);
+        std::this_thread::sleep_for(100ms);
+    }
+    producer.join();
+    std::printf("  60 000 tasks in %.1f s: history at most %lld rows; rows beyond what finished in "
+                "the last %.2f s: %lld\n",
+                now_s(), static_cast<long long>(max_rows), window_s,
+                static_cast<long long>(worst_excess));
+    CHECK(worst_excess <= 0);
+    CHECK(max_rows < 60000);
+    // Once the flood ends the ring turns on (maintenance runs while idle) and empties every slot.
+    CHECK(wait_until([&] { return db.scalar("SELECT count(*) FROM ax.history") == 0; }, 60s));
+    CHECK(db.scalar("SELECT emptied FROM ax.rings WHERE name = 'history'") >= 7);
+    CHECK(c.counts().live() == 0);
+    for (auto& nd : nodes)
+        nd->stop();
+}
+
 TEST_CASE("a PostgreSQL restart while nodes run: they reconnect and nothing is lost",
           "[pg][restart]") {
     const char* ctl = std::getenv("AX_PG_CTL");
