@@ -837,13 +837,21 @@ TEST_CASE("a key is remembered through dead letter, replay and discard, then for
     CHECK(db.scalar("SELECT count(*) FROM ax.idem_keys WHERE idem_key = 'K' AND finished_at IS "
                     "NOT NULL") == 1);
     // Dead letters past their ring's retention go whole, and their keys with them.
+    CHECK(c.dead_letter_retention() == std::chrono::hours(24 * 14));
+    CHECK_THROWS_AS(c.set_dead_letter_retention(0ms), std::invalid_argument);
+    c.set_dead_letter_retention(std::chrono::hours(24 * 7));
+    CHECK(c.dead_letter_retention() == std::chrono::hours(24 * 7));
     const auto d = c.enqueue({.kind = "gone", .idempotency_key = "D"});
     s.exec(("SELECT ax.dead_letter(" + std::to_string(d.id) + ", 'x', 'permanent error')").c_str());
     CHECK(c.enqueue({.kind = "gone", .idempotency_key = "D"}).id == d.id);
     s.exec("UPDATE ax.rings SET opened_at = opened_at - interval '3 days' WHERE name = "
            "'dead_letters'");
     s.exec("SELECT ax.turn_ring('dead_letters', NULL)"); // slot 0 closes
-    s.exec("UPDATE ax.rings SET closed_at[1] = closed_at[1] - interval '15 days' WHERE name = "
+    s.exec("UPDATE ax.rings SET closed_at[1] = closed_at[1] - interval '6 days' WHERE name = "
+           "'dead_letters'");
+    CHECK(s.exec("SELECT ax.turn_ring('dead_letters', NULL)").int64(0, 0) == 0); // 6 < 7 days
+    CHECK(c.counts().dead_letters == 1);
+    s.exec("UPDATE ax.rings SET closed_at[1] = closed_at[1] - interval '2 days' WHERE name = "
            "'dead_letters'");
     CHECK(s.exec("SELECT ax.turn_ring('dead_letters', NULL)").int64(0, 0) == 1);
     CHECK(c.counts().dead_letters == 0);

@@ -37,9 +37,15 @@ struct NewTask {
     int max_attempts = 4;
     /// Not claimable before now + delay.
     std::chrono::milliseconds delay{0};
-    /// Idempotency key (empty: none): a second enqueue with the key of a live task, or of one
-    /// that finished recently (still in the history) or is a dead letter, returns that task's ID
-    /// instead of adding one. Keys of live tasks are enforced by a unique index.
+    /// Idempotency key (empty: none; at most 512 bytes): one key, one task ID, from any number of
+    /// producers and nodes, however enqueues race claims, acknowledgements, retries, dead
+    /// letters, replays and discards. A second enqueue with the key answers the first task's ID
+    /// (Enqueued::existed) while that task is live (pending, scheduled, claimed, retrying) or a
+    /// dead letter, and for the history retention (NodeOptions::history_retention, 1 h by
+    /// default) after it ended (succeeded, cancelled, discarded; a dead letter that expired
+    /// with its ring, Client::set_dead_letter_retention, is forgotten at once). After that,
+    /// maintenance forgets the key and the same key makes a new task. The key's row in
+    /// ax.idem_keys is the one arbiter (docs/distributed.md).
     std::string_view idempotency_key{};
     /// Tags a node must offer to claim it ("gpu", "bigmem"); no commas, 1..100 bytes each.
     std::vector<std::string_view> tags{};
@@ -389,6 +395,28 @@ class Client {
         return connection()
             .exec_params("SELECT ax.discard_dead_letter($1)", {ids.c_str()})
             .boolean(0, 0);
+    }
+
+    /// How long dead letters are kept (default 14 days) before maintenance drops them, a ring
+    /// slot at a time (kept between `retention` and retention x 8 / 7; their idempotency keys
+    /// are forgotten with them). Cluster-wide: stored in the database (ax.rings). Throws
+    /// std::invalid_argument outside 1 s .. 10 years.
+    void set_dead_letter_retention(std::chrono::milliseconds retention) {
+        if (retention < std::chrono::seconds(1) || retention > std::chrono::hours(24 * 3660))
+            throw std::invalid_argument(
+                "ax::pg::Client::set_dead_letter_retention: " + std::to_string(retention.count()) +
+                " ms: must be in [1 s, 10 years]");
+        const std::string ms = std::to_string(retention.count());
+        connection().exec_params(
+            "UPDATE ax.rings SET retention_ms = $1 WHERE name = 'dead_letters'", {ms.c_str()});
+    }
+
+    /// The dead letters' retention in force (set_dead_letter_retention).
+    std::chrono::milliseconds dead_letter_retention() {
+        return std::chrono::milliseconds(
+            connection()
+                .exec("SELECT retention_ms FROM ax.rings WHERE name = 'dead_letters'")
+                .int64(0, 0));
     }
 
     /// Live tasks by state and lane, dead letters, and the history by final state.
