@@ -104,7 +104,7 @@ double pct(std::vector<double> v, double q) {
 
 int role_info() {
     send(
-        R"j({"ev":"info","hot_tables":["ax.tasks"],"other_tables":["ax.history","ax.batches","ax.nodes"],)j"
+        R"j({"ev":"info","hot_tables":["ax.tasks"],"other_tables":["ax.history","ax.dead_letters","ax.idem_keys","ax.batches","ax.nodes"],)j"
         R"j("unfinished_sql":"select count(*)::bigint as n from ax.tasks",)j"
         R"j("claimed_ids_sql":"select id::text from ax.tasks where node_id is not null",)j"
         R"j("unfinished_of_sql":"select count(*)::bigint as n from ax.tasks where id = any($1::bigint[])",)j"

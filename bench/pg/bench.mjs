@@ -496,8 +496,17 @@ async function hotTableStats(info) {
 }
 async function otherBytes(info) {
     let bytes = 0;
+    // Partitioned tables (ax's history and dead letters) count every partition.
     for (const t of info.other_tables || [])
-        bytes += Number((await q("select pg_total_relation_size($1::regclass)::bigint as b", [t]))[0].b);
+        bytes += Number(
+            (
+                await q(
+                    `select coalesce((select sum(pg_total_relation_size(relid)) from pg_partition_tree($1::regclass)),
+                                     pg_total_relation_size($1::regclass))::bigint as b`,
+                    [t],
+                )
+            )[0].b,
+        );
     return bytes;
 }
 async function hotTableBytes(info) {
