@@ -12,6 +12,11 @@
 //              [--sample-s 10] [--keyed-every 0]
 //
 // --keyed-every N gives every N-th task an idempotency key (0: none), to soak the key table too.
+//
+//   ax_pg_soak --burndown N [--nodes 1] [--workers 2]
+// instead enqueues N no-op tasks first, then starts the nodes and prints the burn-down rate
+// (from the first task finished to the last; one JSON line), for before/after comparisons of a
+// change on the claim + run + ack path (alternate two builds, as docs/bench/pg-soak.md shows).
 // Exit status 0 when every table levelled off. The connection comes from AX_PG_CONNINFO
 // (scripts/pg-server.sh sets it). Node processes are this program re-run with --node (one process
 // per node, as in production).
@@ -84,6 +89,74 @@ int run_node() {
     return 0;
 }
 
+// Forks one node process per --nodes (this program with --node).
+std::vector<pid_t> start_nodes(const char* self) {
+    std::vector<pid_t> pids;
+    for (long long i = 0; i < num("nodes", 2); ++i) {
+        const pid_t pid = fork();
+        if (pid == 0) {
+            std::vector<std::string> args = {self,
+                                             "--node",
+                                             "--workers",
+                                             std::to_string(num("workers", 2)),
+                                             "--retention-s",
+                                             std::to_string(num("retention-s", 60))};
+            std::vector<char*> av;
+            for (auto& a : args)
+                av.push_back(a.data());
+            av.push_back(nullptr);
+            execv(av[0], av.data());
+            _exit(127);
+        }
+        pids.push_back(pid);
+    }
+    return pids;
+}
+
+void stop_nodes(const std::vector<pid_t>& pids) {
+    for (pid_t p : pids)
+        kill(p, SIGTERM);
+    for (pid_t p : pids) {
+        int st = 0;
+        waitpid(p, &st, 0);
+    }
+}
+
+const char* g_self = nullptr;
+
+int run_burndown() {
+    const auto n = num("burndown", 100000);
+    const std::string db = conninfo();
+    auto sql = ax::pg::detail::Connection::open(db);
+    sql.exec("DROP SCHEMA IF EXISTS ax CASCADE");
+    {
+        ax::pg::Client client(db, {.require_schema = false});
+        client.migrate();
+        std::vector<ax::pg::NewTask> tasks(static_cast<std::size_t>(n));
+        for (auto& t : tasks)
+            t.kind = "noop";
+        client.enqueue_many(tasks);
+    }
+    sql.exec("ANALYZE ax.tasks");
+    sql.exec("CHECKPOINT");
+    const auto pids = start_nodes(g_self);
+    Clock::time_point first{};
+    const auto guard = Clock::now() + std::chrono::minutes(10);
+    long long left = n;
+    while (left > 0 && Clock::now() < guard) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        left = sql.exec("SELECT count(*) FROM ax.tasks").int64(0, 0);
+        if (first == Clock::time_point{} && left < n)
+            first = Clock::now();
+    }
+    const double s = std::chrono::duration<double>(Clock::now() - first).count();
+    stop_nodes(pids);
+    std::printf("{\"burndown\":%lld,\"nodes\":%lld,\"s\":%.3f,\"tasks_per_s\":%.0f}\n",
+                static_cast<long long>(n), static_cast<long long>(num("nodes", 2)), s,
+                static_cast<double>(n) / s);
+    return left == 0 ? 0 : 1;
+}
+
 struct Sample {
     double t_s = 0;
     long long finished = 0; // history rows ever written (succeeded)
@@ -110,12 +183,15 @@ int main(int argc, char** argv) {
             return 2;
         }
     }
+    g_self = argv[0];
     if (node)
         return run_node();
+    if (g_opt.count("burndown"))
+        return run_burndown();
 
     const auto minutes = num("minutes", 10), retention_s = num("retention-s", 60);
-    const auto nodes = num("nodes", 2), backlog = num("backlog", 4000),
-               sample_s = std::max(1LL, num("sample-s", 10)), keyed_every = num("keyed-every", 0);
+    const auto backlog = num("backlog", 4000), sample_s = std::max(1LL, num("sample-s", 10)),
+               keyed_every = num("keyed-every", 0);
     const std::string db = conninfo();
     {
         auto c = ax::pg::detail::Connection::open(db);
@@ -123,22 +199,7 @@ int main(int argc, char** argv) {
         ax::pg::Client client(db, {.require_schema = false});
         client.migrate();
     }
-    std::vector<pid_t> pids;
-    for (long long i = 0; i < nodes; ++i) {
-        const pid_t pid = fork();
-        if (pid == 0) {
-            std::vector<std::string> args = {argv[0],         "--node",
-                                             "--workers",     std::to_string(num("workers", 2)),
-                                             "--retention-s", std::to_string(retention_s)};
-            std::vector<char*> av;
-            for (auto& a : args)
-                av.push_back(a.data());
-            av.push_back(nullptr);
-            execv(av[0], av.data());
-            _exit(127);
-        }
-        pids.push_back(pid);
-    }
+    const auto pids = start_nodes(argv[0]);
 
     // The producer: keep `backlog` tasks unfinished.
     std::atomic<long long> enqueued{0};
@@ -232,12 +293,7 @@ int main(int argc, char** argv) {
     }
     g_stop.store(true);
     producer.join();
-    for (pid_t p : pids)
-        kill(p, SIGTERM);
-    for (pid_t p : pids) {
-        int st = 0;
-        waitpid(p, &st, 0);
-    }
+    stop_nodes(pids);
 
     // The verdict: from 3 retention periods on (minute 3 with the default 1 minute), every
     // table's size within +-20 % of its mean over that span.
