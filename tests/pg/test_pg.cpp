@@ -946,6 +946,109 @@ TEST_CASE("one key, one task: concurrent producers racing nodes that finish the 
     }
 }
 
+TEST_CASE("one key, one task through failures, retries, dead letters, replays and discards "
+          "racing the enqueues",
+          "[pg][idempotency_race]") {
+    Db db("ax_t_idem_chaos");
+    // Handlers that fail a third of the attempts (retried after 20-30 ms) and fail for good a
+    // tenth (dead letters); a janitor replays half of the dead letters and discards the rest,
+    // while producers enqueue the same 300 keys again and again.
+    std::vector<std::unique_ptr<pg::Node>> nodes;
+    for (int i = 0; i < 2; ++i) {
+        auto o = quick_node(db, "chaos" + std::to_string(i));
+        o.on_event = nullptr;
+        nodes.push_back(std::make_unique<pg::Node>(o));
+        nodes.back()->handle("flaky", [](pg::Job& j) {
+            const auto h = (static_cast<std::uint64_t>(j.id()) * 2654435761u + j.attempt()) % 10;
+            if (h == 0)
+                throw ax::PermanentError("gone for good");
+            if (h < 4)
+                throw std::runtime_error("try again");
+        });
+        nodes.back()->start();
+    }
+    const int keys = 300, producers = 3, calls = 400, per_call = 20;
+    std::vector<std::map<std::string, std::set<std::int64_t>>> seen(producers);
+    std::atomic<int> errors{0};
+    std::atomic<bool> producing{true};
+    std::atomic<int> replayed{0}, discarded{0};
+    std::thread janitor([&] {
+        pg::Client c(db.conninfo);
+        int turn = 0;
+        while (producing.load()) {
+            for (const auto& d : c.dead_letters(50)) {
+                if (turn++ % 2 == 0)
+                    replayed += c.replay_dead_letter(d.id) ? 1 : 0;
+                else
+                    discarded += c.discard_dead_letter(d.id) ? 1 : 0;
+            }
+            std::this_thread::sleep_for(5ms);
+        }
+    });
+    std::vector<std::thread> threads;
+    for (int p = 0; p < producers; ++p)
+        threads.emplace_back([&, p] {
+            try {
+                pg::Client c(db.conninfo);
+                std::mt19937 rng(static_cast<unsigned>(p + 17));
+                for (int call = 0; call < calls; ++call) {
+                    std::set<int> pick;
+                    while (static_cast<int>(pick.size()) < per_call)
+                        pick.insert(static_cast<int>(rng() % keys));
+                    std::vector<std::string> names;
+                    for (int k : pick)
+                        names.push_back("chaos-" + std::to_string(k));
+                    std::vector<pg::NewTask> batch;
+                    for (auto& n : names)
+                        batch.push_back({.kind = "flaky", .max_attempts = 3, .idempotency_key = n});
+                    const auto ids = c.enqueue_many(batch);
+                    for (std::size_t i = 0; i < batch.size(); ++i)
+                        seen[static_cast<std::size_t>(p)][names[i]].insert(ids[i].id);
+                }
+            } catch (const std::exception& e) {
+                std::fprintf(stderr, "  producer %d: %s\n", p, e.what());
+                errors.fetch_add(1);
+            }
+        });
+    for (auto& t : threads)
+        t.join();
+    producing.store(false);
+    janitor.join();
+    pg::Client c(db.conninfo);
+    REQUIRE(wait_until([&] { return c.counts().live() == 0; }, 120s));
+    for (auto& n : nodes)
+        n->stop();
+    CHECK(errors.load() == 0);
+    std::map<std::string, std::set<std::int64_t>> all;
+    for (auto& m : seen)
+        for (auto& [k, ids] : m)
+            all[k].insert(ids.begin(), ids.end());
+    std::size_t split_keys = 0;
+    for (auto& [k, ids] : all)
+        split_keys += ids.size() != 1;
+    std::printf("  %d keyed enqueues of %zu keys, %d replays, %d discards: %zu key(s) answered "
+                "with more than one ID\n",
+                producers * calls * per_call, all.size(), replayed.load(), discarded.load(),
+                split_keys);
+    CHECK(all.size() == static_cast<std::size_t>(keys));
+    CHECK(split_keys == 0);
+    CHECK(replayed.load() + discarded.load() > 0); // the janitor raced something
+    CHECK(db.scalar("SELECT count(*) FROM (SELECT idem_key FROM (SELECT idem_key, id FROM "
+                    "ax.tasks UNION ALL SELECT idem_key, id FROM ax.history UNION ALL SELECT "
+                    "idem_key, id FROM ax.dead_letters) t WHERE idem_key IS NOT NULL GROUP BY "
+                    "idem_key HAVING count(*) > 1) d") == 0);
+    CHECK(db.scalar("SELECT count(*) FROM ax.idem_keys") == keys);
+    // Each key's row names the one task the producers were told, wherever that task ended.
+    CHECK(db.scalar("SELECT count(*) FROM ax.idem_keys k WHERE EXISTS (SELECT 1 FROM ax.history "
+                    "h WHERE h.id = k.task_id) OR EXISTS (SELECT 1 FROM ax.dead_letters d WHERE "
+                    "d.id = k.task_id)") == keys);
+    // Ended keys (history) carry their end; dead letters' keys do not (never forgotten).
+    CHECK(db.scalar("SELECT count(*) FROM ax.idem_keys k JOIN ax.dead_letters d ON d.id = "
+                    "k.task_id WHERE k.finished_at IS NOT NULL") == 0);
+    CHECK(db.scalar("SELECT count(*) FROM ax.idem_keys k JOIN ax.history h ON h.id = k.task_id "
+                    "WHERE k.finished_at IS NULL") == 0);
+}
+
 TEST_CASE("bulk enqueue: IDs in input order, every field stored, all or nothing; keyed and "
           "unkeyed calls mix",
           "[pg][enqueue]") {
