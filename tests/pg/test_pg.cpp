@@ -175,6 +175,62 @@ TEST_CASE("migrations are versioned and idempotent; a newer database is refused"
     CHECK_THROWS_AS(node.start(), pg::SchemaError);
 }
 
+TEST_CASE("a version 3 database is upgraded with every task, finished row, dead letter and key "
+          "kept",
+          "[pg][migrate]") {
+    const std::string name = "ax_t_upgrade";
+    {
+        auto admin = pg::detail::Connection::open(g_base);
+        admin.exec(("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)").c_str());
+        admin.exec(("CREATE DATABASE " + name).c_str());
+    }
+    const std::string conninfo = g_base + " dbname=" + name;
+    auto s = pg::detail::Connection::open(conninfo);
+    s.exec("CREATE SCHEMA ax");
+    s.exec("CREATE TABLE ax.schema_version (version integer PRIMARY KEY, applied_at timestamptz "
+           "NOT NULL DEFAULT now())");
+    for (int v = 1; v <= 3; ++v) {
+        s.exec(pg::detail::migrations[static_cast<std::size_t>(v - 1)]);
+        s.exec(
+            ("INSERT INTO ax.schema_version (version) VALUES (" + std::to_string(v) + ")").c_str());
+    }
+    // What a version 3 database holds: live tasks (one keyed), finished ones (keyed, and the
+    // same key finished twice, as the race left it), dead letters (one keyed).
+    s.exec("INSERT INTO ax.tasks (id, kind, idem_key) VALUES (1, 'k', 'live-key'), (2, 'k', NULL)");
+    s.exec("INSERT INTO ax.history (id, kind, priority, state, attempts, enqueued_at, finished_at, "
+           "idem_key) VALUES (10, 'k', 1, 1, 1, now(), now() - interval '10 minutes', 'done-key'), "
+           "(11, 'k', 1, 1, 1, now(), now() - interval '5 minutes', 'twice'), "
+           "(12, 'k', 1, 1, 1, now(), now() - interval '1 minute', 'twice'), "
+           "(13, 'k', 1, 2, 1, now(), now(), NULL)");
+    s.exec("INSERT INTO ax.dead_letters (id, kind, priority, payload, tags, max_attempts, "
+           "timeout_ms, attempts, idem_key, errors, reason, enqueued_at) VALUES "
+           "(20, 'k', 1, 'p', '{}', 4, 0, 4, 'dead-key', '{e}', 'attempts exhausted', now()), "
+           "(21, 'k', 1, 'q', '{}', 4, 0, 4, NULL, '{e}', 'attempts exhausted', now())");
+    s.exec("SELECT setval('ax.tasks_id_seq', 100)");
+    pg::Client c(conninfo, {.require_schema = false});
+    CHECK(c.migrate() == pg::schema_version);
+    CHECK(c.counts().live() == 2);
+    CHECK(c.counts().dead_letters == 2);
+    CHECK(c.counts().succeeded == 3);
+    CHECK(c.counts().cancelled == 1);
+    CHECK(c.query(13)->state == pg::TaskState::cancelled);
+    CHECK(c.query(20)->state == pg::TaskState::dead_lettered);
+    // Every key answers its task, the newest finished one for a key finished twice.
+    CHECK(c.enqueue({.kind = "k", .idempotency_key = "live-key"}).id == 1);
+    CHECK(c.enqueue({.kind = "k", .idempotency_key = "done-key"}).id == 10);
+    CHECK(c.enqueue({.kind = "k", .idempotency_key = "twice"}).id == 12);
+    CHECK(c.enqueue({.kind = "k", .idempotency_key = "dead-key"}).id == 20);
+    CHECK(c.counts().live() == 2);
+    auto check = pg::detail::Connection::open(conninfo);
+    CHECK(check.exec("SELECT count(*) FROM ax.idem_keys WHERE finished_at IS NULL").int64(0, 0) ==
+          2);
+    CHECK(c.replay_dead_letter(20));
+    CHECK(c.discard_dead_letter(21));
+    CHECK(c.counts().dead_letters == 0);
+    CHECK(c.counts().discarded == 1);
+    CHECK(c.migrate() == pg::schema_version); // twice: a no-op
+}
+
 TEST_CASE("one node runs a bulk enqueue exactly once and acknowledges into the history",
           "[pg][basic]") {
     Db db("ax_t_basic");
