@@ -85,6 +85,7 @@ TEST_CASE("a node's counters and the cluster status render with ax's conventions
     s.node_id = 42;
     s.claims = 100;
     s.batches = 60;
+    s.empty_claims = 40;
     s.claimed = {10, 200, 3};
     s.succeeded = 190;
     s.failed = 7;
@@ -103,6 +104,7 @@ TEST_CASE("a node's counters and the cluster status render with ax's conventions
     auto v = check_exposition(node);
     CHECK(v.at("ax_pg_node_claims_total{node=\"42\"}") == "100");
     CHECK(v.at("ax_pg_node_claim_batches_total{node=\"42\"}") == "60");
+    CHECK(v.at("ax_pg_node_empty_claims_total{node=\"42\"}") == "40");
     CHECK(v.at("ax_pg_node_tasks_claimed_total{node=\"42\",priority=\"high\"}") == "10");
     CHECK(v.at("ax_pg_node_tasks_claimed_total{node=\"42\",priority=\"normal\"}") == "200");
     CHECK(v.at("ax_pg_node_tasks_claimed_total{node=\"42\",priority=\"low\"}") == "3");
@@ -295,6 +297,8 @@ TEST_CASE("a real node's stats and the cluster status render and pass promtool",
           std::to_string(n));
     CHECK(v.at("ax_pg_node_claims_total{node=\"" + id + "\"}") == std::to_string(s.claims));
     CHECK(std::stoull(v.at("ax_pg_node_claim_batches_total{node=\"" + id + "\"}")) >= 1);
+    CHECK(v.at("ax_pg_node_empty_claims_total{node=\"" + id + "\"}") ==
+          std::to_string(s.empty_claims));
     CHECK(s.lease_renewals >= 1);
     CHECK(v.at("ax_pg_node_lease_renewals_total{node=\"" + id + "\"}") ==
           std::to_string(s.lease_renewals));

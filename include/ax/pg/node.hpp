@@ -38,6 +38,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <poll.h>
@@ -166,6 +167,7 @@ class Node {
         s.node_id = node_id_pub_.load(std::memory_order_relaxed);
         s.claims = claims_.load(std::memory_order_relaxed);
         s.batches = batches_claimed_.load(std::memory_order_relaxed);
+        s.empty_claims = empty_claims_.load(std::memory_order_relaxed);
         for (std::size_t p = 0; p < 3; ++p)
             s.claimed[p] = claimed_[p].load(std::memory_order_relaxed);
         s.succeeded = succeeded_.load(std::memory_order_relaxed);
@@ -249,6 +251,7 @@ class Node {
         std::uint64_t seq = 0; // send order: the oldest busy flight is read first
         std::uint32_t promised = 0;
         std::array<std::uint32_t, 3> asked{};
+        std::uint64_t wake_seq = 0; // Node::wake_seq_ when its claim was sent
         std::vector<Step> steps;
         std::vector<std::uint32_t> acked_slots;
         std::vector<std::uint32_t> close_batches;
@@ -419,7 +422,29 @@ class Node {
     void start_vacuum();
     void poll_vacuum();
     bool empty_all() const noexcept {
-        return empty_[0] && empty_[1] && empty_[2];
+        return lanes_.all_empty();
+    }
+    /// News that every lane may hold work again (NOTIFY ax_wake, the poll, a reconnect): the
+    /// lanes forget what they knew, and the next claim is not held back by the empty-claim floor.
+    void wake_lanes() noexcept {
+        lanes_.wake();
+        claim_now_ = true;
+        ++wake_seq_;
+    }
+    /// Until when a claim is held back: after a claim that returned nothing, and with no news
+    /// since it was sent, the next one waits out empty_claim_floor (Clock::time_point{} when
+    /// nothing holds it back).
+    Clock::time_point claim_floor_end() const noexcept {
+        if (!last_claim_empty_ || wake_seq_ != claim_wake_seq_)
+            return {};
+        return empty_claim_at_ + empty_claim_floor;
+    }
+    /// Some lane is not known empty and its token bucket has a token.
+    bool lane_with_work() const noexcept {
+        for (std::size_t p = 0; p < 3; ++p)
+            if (!lanes_.empty(p) && buckets_[p].wait().count() == 0)
+                return true;
+        return false;
     }
 
     // detail/node_round_trip.hpp: the pipelined round trips (acknowledge, claim, renew,
@@ -476,6 +501,13 @@ class Node {
     static constexpr std::int64_t expiry_slack_ms = 5;
     /// Shortest time between the starts of two of this node's VACUUM passes (poll_vacuum).
     static constexpr std::chrono::milliseconds vacuum_min_period{500};
+    /// After a claim that returned nothing, the next claim waits at least this long unless news
+    /// came meanwhile (NOTIFY ax_wake, the poll, a reconnect: claim_floor_end). The lane rules
+    /// (detail::LaneBook) already keep an idle node to one claim per wake-up; this floor is the
+    /// defence in depth that bounds an idle node at 1 / 250 ms + 1 / poll_interval claims per
+    /// second (6/s with the defaults) whatever state its lanes are left in. It never delays a
+    /// wake-up by NOTIFY or the poll, so it costs no latency when work arrives.
+    static constexpr std::chrono::milliseconds empty_claim_floor{250};
 
     // ------------------------------------------------------------------ state
     NodeOptions opt_;
@@ -528,11 +560,13 @@ class Node {
     std::vector<std::uint32_t> close_batches_;
     std::vector<std::uint32_t> close_later_; // driver only: scratch of send_flight
     detail::BatchPid pid_;
-    detail::LaneSplitter splitter_;
+    detail::LaneBook lanes_;
     std::array<detail::TokenBucket, 3> buckets_{};
-    std::array<bool, 3> empty_{false, false, false};
-    std::array<bool, 3> overdue_{false, false, false};
     bool claim_now_ = true;
+    std::uint64_t wake_seq_ = 1;       // counts wake_lanes() calls
+    std::uint64_t claim_wake_seq_ = 0; // wake_seq_ when the last claim was sent
+    bool last_claim_empty_ = false;    // the last claim read back returned no task
+    Clock::time_point empty_claim_at_{};
     bool last_claim_full_ = false;
     bool need_register_ = false;
     bool handed_back_ = false;
@@ -546,6 +580,7 @@ class Node {
     std::atomic<std::int64_t> node_id_pub_{0};
     std::atomic<std::uint64_t> claims_{0};
     std::atomic<std::uint64_t> batches_claimed_{0};
+    std::atomic<std::uint64_t> empty_claims_{0};
     std::array<std::atomic<std::uint64_t>, 3> claimed_{};
     std::atomic<std::uint64_t> succeeded_{0}, failed_{0}, cancelled_{0}, released_{0};
     std::atomic<std::uint64_t> reconnects_{0}, reclaimed_batches_{0}, reclaimed_tasks_{0};

@@ -137,9 +137,16 @@ struct NodeOptions {
 /// Counters of one node (monotonic, read any time).
 struct NodeStats {
     std::int64_t node_id = 0;
-    /// Claim statements sent, and how many of them returned tasks (a batch).
+    /// Claim statements sent and read back, and how many of them returned tasks (a batch).
     std::uint64_t claims = 0;
     std::uint64_t batches = 0;
+    /// Claim statements that returned no task (claims - batches once every claim is read back),
+    /// counted on their own so an operator can watch idleness: an idle node sends about one per
+    /// wake-up (the poll_interval, maintenance, lease renewal: 2-4/s with the defaults), never
+    /// more than one per 250 ms plus one per poll unless NOTIFY ax_wake (new tasks) wakes it.
+    /// A steady higher rate with nothing claimed means enqueues this node cannot take (kinds it
+    /// does not handle, tags it does not offer) keep waking it.
+    std::uint64_t empty_claims = 0;
     std::array<std::uint64_t, 3> claimed{};
     std::uint64_t succeeded = 0;
     std::uint64_t failed = 0;

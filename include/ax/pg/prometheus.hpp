@@ -25,7 +25,8 @@
 /// kind and tag set in use: bounded by the deployment, never by the tasks).
 namespace ax::pg {
 
-/// Appends one node's counters (Node::stats()): claim statements and batches, tasks claimed
+/// Appends one node's counters (Node::stats()): claim statements, batches and empty claims (an
+/// idle node's rate(<prefix>_pg_node_empty_claims_total) is about 1 / poll_interval), tasks claimed
 /// per priority, finished by outcome, handed back, reconnects, batches reclaimed from it and
 /// the tasks in them, payload checksum mismatches, lease renewals, the last batch's size and the
 /// tasks held. Per-node throughput is rate(<prefix>_pg_node_tasks_finished_total); the mean batch
@@ -45,6 +46,11 @@ inline void append_prometheus(std::string& out, const NodeStats& s,
     one("node_claims_total", "counter", "Claim statements this node sent.", s.claims);
     one("node_claim_batches_total", "counter", "Claim statements that returned tasks (batches).",
         s.batches);
+    one("node_empty_claims_total", "counter",
+        "Claim statements that returned no task. An idle node sends about one per poll_interval "
+        "(2/s by default) and never more than 1 per 250 ms plus one per poll, except when woken "
+        "by new tasks (NOTIFY).",
+        s.empty_claims);
     w.begin("node_tasks_claimed_total", "counter", "Tasks this node claimed, by priority.");
     for (std::size_t p = 0; p < priority_count; ++p)
         w.sample({{"node", node}, {"priority", to_string(static_cast<Priority>(p))}}, s.claimed[p]);

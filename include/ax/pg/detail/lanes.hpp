@@ -3,8 +3,9 @@
 
 // How a node sizes and splits its claims, split out of node.hpp because it is pure arithmetic
 // (no connection, no threads) that tests/pg exercises directly: the batch-size PID, the
-// deficit-round-robin lane splitter and the per-lane token bucket. ax::pg::Node owns one of each
-// (three buckets) and consults them in want_claim() (detail/node_round_trip.hpp).
+// deficit-round-robin lane splitter, what the node knows of each lane between claims (LaneBook)
+// and the per-lane token bucket. ax::pg::Node owns one of each (three buckets) and consults them
+// in want_claim() (detail/node_round_trip.hpp) and take_claim() (detail/node_batches.hpp).
 
 #include <algorithm>
 #include <array>
@@ -94,6 +95,91 @@ class LaneSplitter {
 
   private:
     std::array<double, 3> credit_{};
+};
+
+/// What a node knows of its three lanes between claims (which look empty, which hold tasks past
+/// the anti-starvation budget), and each claim's quota per lane built from it. Pure logic, so
+/// that tests can drive it through any sequence of claims without a server.
+///
+/// The rule that keeps an idle node idle: a lane's state changes only on evidence about that
+/// lane. A claim that asked a lane for nothing (its probe did not fit the free slots, its token
+/// bucket was dry, its credit rounded to zero) says nothing about it, so its state is kept. The
+/// earlier rule, `empty = got < asked` for every lane, took a lane asked 0 for a lane with work
+/// (0 < 0 is false): at idle, where the batch is exactly the free slots, the probes of the empty
+/// lanes were cut to make room and those lanes came back "not empty" after every empty claim,
+/// so the lanes never all looked empty and the node claimed again at once, without end (issue
+/// 26: ~11,000 claims/s per idle node after a drain that took the overdue path, whose floor of
+/// half a batch pushed quotas past the free slots). plan() also keeps the probes inside the free
+/// slots, so every lane known empty is probed in every claim that has room for it.
+class LaneBook {
+  public:
+    /// Every lane may hold work again: NOTIFY ax_wake, the poll, a (re)connect.
+    void wake() noexcept { empty_ = {false, false, false}; }
+
+    [[nodiscard]] bool all_empty() const noexcept { return empty_[0] && empty_[1] && empty_[2]; }
+    [[nodiscard]] bool empty(std::size_t p) const noexcept { return empty_[p]; }
+    [[nodiscard]] bool overdue(std::size_t p) const noexcept { return overdue_[p]; }
+
+    /// Quotas for one claim: about `batch` tasks (the batch-size PID's output) from lanes with
+    /// work, split by `weights` (LaneSplitter), plus a probe of one task for each lane known
+    /// empty, the sum at most `room` (the free slots: never claim what the node cannot hold),
+    /// each lane at most `cap[p]` (its token bucket's tokens). When the overdue floor pushes the
+    /// sum past `room`, the lanes that are neither overdue nor probed give way first (lowest
+    /// priority first), then overdue lanes, probes last.
+    std::array<std::uint32_t, 3> plan(std::uint32_t batch, std::uint32_t room,
+                                      const std::array<std::uint32_t, 3>& weights,
+                                      const std::array<std::uint32_t, 3>& cap) noexcept {
+        std::array<std::uint32_t, 3> q{};
+        if (room == 0 || batch == 0)
+            return q;
+        std::uint32_t probes = 0;
+        if (!all_empty())
+            for (std::size_t p = 0; p < 3; ++p)
+                probes += empty_[p] && cap[p] > 0 ? 1 : 0;
+        const std::uint32_t busy_room = room > probes ? room - probes : 1;
+        q = splitter_.split(std::min(batch, busy_room), weights, empty_, overdue_);
+        std::uint32_t total = 0;
+        for (std::size_t p = 0; p < 3; ++p) {
+            q[p] = std::min(q[p], cap[p]);
+            total += q[p];
+        }
+        // Cut what does not fit, in three passes: lanes with work that are not overdue, then
+        // overdue ones, then probes; each pass from the lowest priority up. With room for fewer
+        // than the probes, the probes go first (a lane known to hold work is worth more).
+        const bool probes_first = room <= probes;
+        for (int pass = 0; pass < 3 && total > room; ++pass)
+            for (std::size_t p = 3; total > room && p-- > 0;) {
+                const int plain = overdue_[p] ? 1 : 0;
+                const int kind =
+                    empty_[p] ? (probes_first ? 0 : 2) : plain + (probes_first ? 1 : 0);
+                if (kind != pass)
+                    continue;
+                const std::uint32_t cut = std::min(q[p], total - room);
+                q[p] -= cut;
+                total -= cut;
+            }
+        return q;
+    }
+
+    /// What a claim answered: `asked` and `got` per lane, and `late[p]` when the oldest task it
+    /// got from lane p had waited past the anti-starvation budget. A lane asked for at least one
+    /// task is empty when it gave less than asked (nothing claimable is left there for this
+    /// node, or other nodes hold the rest locked), overdue when `late`; a lane asked for
+    /// nothing keeps what was known of it.
+    void learn(const std::array<std::uint32_t, 3>& asked, const std::array<std::uint32_t, 3>& got,
+               const std::array<bool, 3>& late) noexcept {
+        for (std::size_t p = 0; p < 3; ++p) {
+            if (asked[p] == 0)
+                continue;
+            empty_[p] = got[p] < asked[p];
+            overdue_[p] = got[p] > 0 && late[p];
+        }
+    }
+
+  private:
+    LaneSplitter splitter_;
+    std::array<bool, 3> empty_{false, false, false};
+    std::array<bool, 3> overdue_{false, false, false};
 };
 
 /// Token bucket of one lane (seed 003 §2.2). rate 0: unlimited.

@@ -156,12 +156,16 @@ inline void Node::take_claim(detail::Result rows, const std::array<std::uint32_t
     std::array<std::uint32_t, 3> got{};
     std::array<std::int64_t, 3> max_wait{};
     if (n == 0) {
-        empty_ = {got[0] < asked[0], got[1] < asked[1], got[2] < asked[2]};
+        empty_claims_.fetch_add(1, std::memory_order_relaxed);
+        lanes_.learn(asked, got, {false, false, false});
         last_claim_full_ = false;
+        last_claim_empty_ = true;
+        empty_claim_at_ = Clock::now();
         claim_now_ = false;
         pid_.reset();
         return;
     }
+    last_claim_empty_ = false;
     batches_claimed_.fetch_add(1, std::memory_order_relaxed);
     std::uint32_t bi;
     if (!free_batches_.empty()) {
@@ -229,13 +233,14 @@ inline void Node::take_claim(detail::Result rows, const std::array<std::uint32_t
         }
     }
     std::uint32_t asked_total = 0;
+    std::array<bool, 3> late{};
     for (std::size_t p = 0; p < 3; ++p) {
         claimed_[p].fetch_add(got[p], std::memory_order_relaxed);
         buckets_[p].take(got[p]);
-        empty_[p] = got[p] < asked[p];
-        overdue_[p] = max_wait[p] > max_wait_ms_;
+        late[p] = max_wait[p] > max_wait_ms_;
         asked_total += asked[p];
     }
+    lanes_.learn(asked, got, late);
     last_claim_full_ = static_cast<std::uint32_t>(n) >= asked_total;
     claim_now_ = last_claim_full_;
 }

@@ -188,10 +188,9 @@ inline void Node::connect() {
     conn_.exec("LISTEN ax_wake");
     if (PQenterPipelineMode(c) != 1)
         throw ConnectionError("ax::pg: cannot enter pipeline mode: " + conn_.error_message());
-    empty_ = {false, false, false};
+    wake_lanes();
     next_renew_ = Clock::now() + opt_.lease / 3;
     next_maintain_ = Clock::now();
-    claim_now_ = true;
 }
 
 inline void Node::register_node() {
@@ -246,8 +245,7 @@ inline void Node::process_notifications() {
     while (PGnotify* n = PQnotifies(c)) {
         const std::string_view channel(n->relname);
         if (channel == "ax_wake") {
-            claim_now_ = true;
-            empty_ = {false, false, false};
+            wake_lanes();
         } else {
             std::int64_t id = 0;
             const char* e = n->extra + std::strlen(n->extra);
@@ -287,6 +285,10 @@ inline void Node::wait_for_work() {
     if (stopping_.load())
         until = std::min(until, now + std::chrono::milliseconds(5));
     until = std::min(until, next_poll_);
+    // A claim the empty-claim floor holds back is due when the floor ends.
+    const auto floor_end = claim_floor_end();
+    if (floor_end > now && depth_.load() <= low_watermark_ && !free_.empty() && lane_with_work())
+        until = std::min(until, floor_end);
     poll_until(until);
 }
 
@@ -296,8 +298,12 @@ inline void Node::poll_until(Clock::time_point until) {
     if (ms <= 0)
         return;
     // Refill on demand: a worker wakes us when the local queue runs low or results pile up.
+    // Claim at once instead of sleeping only while some lane is thought to hold work (a lane
+    // known empty waits for NOTIFY or the poll) and no empty claim's floor holds it back: an
+    // idle node must not loop on claims that find nothing.
     sleeping_.store(true, std::memory_order_release);
-    if (depth_.load() <= low_watermark_ && !empty_all() && free_.size() > 0) {
+    if (depth_.load() <= low_watermark_ && !free_.empty() && lane_with_work() &&
+        Clock::now() >= claim_floor_end()) {
         sleeping_.store(false);
         claim_now_ = true;
         return;

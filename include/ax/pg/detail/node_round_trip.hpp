@@ -25,8 +25,7 @@ inline bool Node::cycle() {
     if (now >= next_poll_) {
         // Polling fallback: delayed tasks and retries come due without a notification.
         next_poll_ = now + opt_.poll_interval;
-        claim_now_ = true;
-        empty_ = {false, false, false};
+        wake_lanes();
     }
     const bool stopping = stopping_.load();
     if (stopping && !handed_back_)
@@ -177,6 +176,8 @@ inline bool Node::send_flight(std::size_t li, Clock::time_point now, bool stoppi
             send(li, PQsendQueryPrepared(c, "ax_claim", 7, v, l, fm, 1), Step::claim);
             f.claim = true;
             f.asked = quota;
+            f.wake_seq = wake_seq_;
+            claim_wake_seq_ = wake_seq_;
             f.promised = quota[0] + quota[1] + quota[2];
         }
         send(li, PQsendQueryParams(c, "COMMIT", 0, nullptr, nullptr, nullptr, nullptr, 0),
@@ -303,6 +304,9 @@ inline bool Node::all_closed() const noexcept {
 }
 
 inline bool Node::want_claim(Clock::time_point now, std::array<std::uint32_t, 3>& quota) {
+    // The last claim found nothing and no news came since: not again before the floor.
+    if (now < claim_floor_end())
+        return false;
     // Claims in flight on other links count as taken: their rows arrive before this one's.
     const std::uint32_t in_flight = promised();
     // Claim beside another claim only while claims come back full (a backlog): with few tasks
@@ -331,26 +335,14 @@ inline bool Node::want_claim(Clock::time_point now, std::array<std::uint32_t, 3>
         return false;
     std::uint32_t batch = pid_.next(target_, depth, opt_.max_batch);
     batch = std::min(batch, room_for);
-    quota = splitter_.split(batch, weights_, empty_, overdue_);
-    std::uint32_t total = 0;
+    std::array<std::uint32_t, 3> cap{};
     for (std::size_t p = 0; p < 3; ++p) {
         buckets_[p].refill(now);
-        quota[p] = buckets_[p].allow(quota[p]);
-        total += quota[p];
+        cap[p] = buckets_[p].allow(std::numeric_limits<std::uint32_t>::max());
     }
-    // Never ask for more than the free slots: probes of empty lanes go first, then the
-    // lightest lanes' surplus.
-    for (std::size_t p = 0; p < 3 && total > free_slots; ++p)
-        if (empty_[p] && quota[p] > 0) {
-            quota[p] -= 1;
-            total -= 1;
-        }
-    for (std::size_t p = 3; total > free_slots && p-- > 0;) {
-        const std::uint32_t cut = std::min(quota[p], total - free_slots);
-        quota[p] -= cut;
-        total -= cut;
-    }
-    return total > 0;
+    // Never more than the free slots, probes of the lanes known empty included.
+    quota = lanes_.plan(batch, free_slots, weights_, cap);
+    return quota[0] + quota[1] + quota[2] > 0;
 }
 
 inline void Node::read_flight(std::size_t li) {
@@ -423,6 +415,12 @@ inline void Node::read_flight(std::size_t li) {
         take_claim(std::move(claim_rows), f.asked);
     else if (f.claim)
         last_claim_full_ = false;
+    // News that came while the claim was in flight (a NOTIFY read on another link) is newer
+    // than what the claim saw: its lanes may hold work again.
+    if (f.claim && f.wake_seq != wake_seq_) {
+        lanes_.wake();
+        claim_now_ = true;
+    }
     f.claim = false;
 }
 

@@ -1,0 +1,479 @@
+// An idle node costs the database almost nothing, whatever happened before (issue 26): after each
+// path that can leave claim state behind (lanes drained past the anti-starvation budget, tasks no
+// node can take, a server restart, a dead node's batches reclaimed), nodes with the default
+// poll_interval (500 ms) must send at most 10 claim statements per second each while nothing is
+// claimable. Runs against a real PostgreSQL (scripts/pg-server.sh exports AX_PG_CONNINFO); without
+// one it exits 77 (skipped). Each test case works in a database of its own. The [idle_logic] case
+// needs no server.
+
+#define CATCH_CONFIG_RUNNER
+#include <atomic>
+#include <ax/pg/pg.hpp>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <signal.h>
+#include <string>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+using namespace std::chrono_literals;
+namespace pg = ax::pg;
+
+namespace {
+
+std::string g_base;     // AX_PG_CONNINFO
+std::string g_node_exe; // pg_test_node beside this executable
+
+/// The target (issue 26): claim statements per second of one idle node, default poll_interval.
+constexpr double max_idle_claims_per_s = 10.0;
+
+/// A fresh database with the ax schema and the tables the test node's handlers write.
+struct Db {
+    std::string conninfo;
+    explicit Db(const std::string& name) {
+        auto admin = pg::detail::Connection::open(g_base);
+        admin.exec(("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)").c_str());
+        admin.exec(("CREATE DATABASE " + name).c_str());
+        conninfo = g_base + " dbname=" + name;
+        pg::Client c(conninfo, {.require_schema = false});
+        c.migrate();
+        auto s = sql();
+        s.exec("CREATE TABLE results (task_id bigint PRIMARY KEY, node text NOT NULL)");
+        s.exec("CREATE TABLE runs (task_id bigint NOT NULL, node text NOT NULL)");
+    }
+    [[nodiscard]] pg::detail::Connection sql() const {
+        return pg::detail::Connection::open(conninfo);
+    }
+    std::int64_t scalar(const std::string& q) const {
+        auto s = sql();
+        return s.exec(q.c_str()).int64(0, 0);
+    }
+    /// Makes every pending task look queued `ago` ago (as if enqueued before the nodes
+    /// started): past Config::max_wait (5 s), the nodes' anti-starvation path is taken.
+    void back_date(std::chrono::milliseconds ago) const {
+        sql().exec(("UPDATE ax.tasks SET run_at = run_at - interval '" +
+                    std::to_string(ago.count()) + " milliseconds', enqueued_at = enqueued_at - " +
+                    "interval '" + std::to_string(ago.count()) + " milliseconds'")
+                       .c_str());
+    }
+};
+
+/// Polls `pred` every 20 ms; false if `limit` (a generous hang guard, not a speed claim) passed.
+bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds limit) {
+    const auto until = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < until) {
+        if (pred())
+            return true;
+        std::this_thread::sleep_for(20ms);
+    }
+    return pred();
+}
+
+/// A pg_test_node child process.
+struct Proc {
+    pid_t pid = -1;
+    Proc(const std::string& db, const std::string& name, std::vector<std::string> extra) {
+        std::vector<std::string> args = {g_node_exe, "--db", db, "--name", name};
+        args.insert(args.end(), extra.begin(), extra.end());
+        pid = fork();
+        if (pid == 0) {
+            std::vector<char*> argv;
+            for (auto& a : args)
+                argv.push_back(a.data());
+            argv.push_back(nullptr);
+            execv(argv[0], argv.data());
+            _exit(127);
+        }
+        REQUIRE(pid > 0);
+    }
+    void kill9() {
+        if (pid <= 0)
+            return;
+        kill(pid, SIGKILL);
+        int st = 0;
+        waitpid(pid, &st, 0);
+        pid = -1;
+    }
+    Proc(const Proc&) = delete;
+    Proc& operator=(const Proc&) = delete;
+    ~Proc() { kill9(); }
+};
+
+/// A node as users run it: 4 workers and every knob at its default (poll_interval 500 ms,
+/// Config::max_wait 5 s), except quicker reconnects and maintenance for the tests' pace.
+pg::NodeOptions idle_node(const Db& db, const std::string& name) {
+    pg::NodeOptions o;
+    o.conninfo = db.conninfo;
+    o.name = name;
+    o.scheduler.min_workers = 4;
+    o.scheduler.max_workers = 4;
+    o.reconnect_base = 20ms;
+    o.reconnect_max = 500ms;
+    o.stop_grace = 5000ms;
+    o.on_event = [name](std::string_view e) {
+        std::fprintf(stderr, "  [%s] %.*s\n", name.c_str(), static_cast<int>(e.size()), e.data());
+    };
+    return o;
+}
+
+std::vector<pg::NewTask> tasks_of(std::string_view kind, std::size_t n,
+                                  ax::Priority priority = ax::Priority::normal,
+                                  std::string_view payload = {}) {
+    std::vector<pg::NewTask> v(n);
+    for (auto& t : v) {
+        t.kind = kind;
+        t.priority = priority;
+        t.payload = payload;
+    }
+    return v;
+}
+
+/// Nodes that run no-op handlers and count what they ran.
+struct Nodes {
+    std::atomic<std::uint64_t> ran{0};
+    std::vector<std::unique_ptr<pg::Node>> nodes;
+    Nodes(const Db& db, int n, const std::vector<std::string>& kinds = {"noop"},
+          const std::function<void(pg::NodeOptions&)>& tweak = {}) {
+        for (int i = 0; i < n; ++i) {
+            auto o = idle_node(db, "idle" + std::to_string(i));
+            if (tweak)
+                tweak(o);
+            nodes.push_back(std::make_unique<pg::Node>(o));
+            for (auto& k : kinds)
+                nodes.back()->handle(k, [this](pg::Job&) { ran.fetch_add(1); });
+        }
+    }
+    void start() {
+        for (auto& n : nodes)
+            n->start();
+    }
+    ~Nodes() {
+        for (auto& n : nodes)
+            n->stop();
+    }
+};
+
+/// Measures each node's claim statements over `window` with nothing claimable; prints and
+/// returns the highest rate (statements per second).
+double idle_claim_rate(const Nodes& ns, const char* after,
+                       std::chrono::milliseconds window = 2500ms) {
+    std::vector<pg::NodeStats> before;
+    for (auto& n : ns.nodes)
+        before.push_back(n->stats());
+    const auto t0 = std::chrono::steady_clock::now();
+    std::this_thread::sleep_for(window);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    double worst = 0;
+    for (std::size_t i = 0; i < ns.nodes.size(); ++i) {
+        const auto now = ns.nodes[i]->stats();
+        const double rate = static_cast<double>(now.claims - before[i].claims) / s;
+        const double empty = static_cast<double>(now.empty_claims - before[i].empty_claims) / s;
+        std::printf("  idle after %s: node %zu sent %.1f claims/s (%.1f empty/s) over %.2f s; "
+                    "%.1f round trips/s\n",
+                    after, i, rate, empty, s,
+                    static_cast<double>(now.round_trips - before[i].round_trips) / s);
+        worst = std::max(worst, rate);
+    }
+    return worst;
+}
+
+} // namespace
+
+TEST_CASE("lane bookkeeping: an empty queue is learnt in at most three claims from any state "
+          "(no database)",
+          "[idle_logic]") {
+    using Lanes = std::array<std::uint32_t, 3>;
+    const Lanes weights{3, 2, 1};
+    const std::uint32_t unlimited = std::numeric_limits<std::uint32_t>::max();
+
+    // The sequence of the finding: lanes 0 and 2 known empty, lane 1 drained past the
+    // anti-starvation budget, and an idle node's claim sized at exactly its free slots (64).
+    // The probes used to be cut to make room and the lanes asked nothing came back "not empty",
+    // so two claims that found nothing alternated without end ({0,0,64}, {38,26,0}, ...).
+    {
+        pg::detail::LaneBook b;
+        b.learn({1, 64, 1}, {0, 64, 0}, {false, true, false});
+        REQUIRE(b.empty(0));
+        REQUIRE(!b.empty(1));
+        REQUIRE(b.overdue(1));
+        const Lanes q = b.plan(64, 64, weights, {unlimited, unlimited, unlimited});
+        CHECK(q[0] == 1); // the probes are kept, inside the free slots
+        CHECK(q[1] == 62);
+        CHECK(q[2] == 1);
+        b.learn(q, {0, 0, 0}, {false, false, false});
+        CHECK(b.all_empty());
+        CHECK(!b.overdue(1));
+        const Lanes idle = b.plan(64, 64, weights, {unlimited, unlimited, unlimited});
+        CHECK(idle == Lanes{1, 1, 1});
+    }
+    // A lane asked for nothing keeps what was known of it.
+    {
+        pg::detail::LaneBook b;
+        b.learn({0, 5, 0}, {0, 0, 0}, {false, false, false});
+        CHECK(!b.empty(0));
+        CHECK(b.empty(1));
+        CHECK(!b.empty(2));
+        b.learn({1, 1, 1}, {0, 0, 0}, {false, false, false});
+        CHECK(b.all_empty());
+        b.learn({0, 0, 0}, {0, 0, 0}, {false, false, false});
+        CHECK(b.all_empty());
+        b.wake();
+        CHECK(!b.empty(0));
+        CHECK(!b.empty(1));
+        CHECK(!b.empty(2));
+    }
+    // An overdue lane gets at least half of a claim that fits the free slots; the others give way.
+    {
+        pg::detail::LaneBook b;
+        b.learn({10, 10, 10}, {10, 10, 10}, {false, false, true});
+        const Lanes q = b.plan(64, 64, weights, {unlimited, unlimited, unlimited});
+        CHECK(q[0] + q[1] + q[2] == 64);
+        CHECK(q[2] >= 32);
+        CHECK(q[0] > 0); // the lowest priority (after the overdue lane) gives way first
+    }
+    // Less room than probes: the lane known to hold work is asked first.
+    {
+        pg::detail::LaneBook b;
+        b.learn({1, 1, 1}, {0, 1, 0}, {false, false, false});
+        CHECK(b.plan(8, 1, weights, {unlimited, unlimited, unlimited}) == Lanes{0, 1, 0});
+    }
+
+    // Every starting state (lanes known empty or not, overdue or not), every room from 1 up,
+    // batches from 1 to the room, token caps that leave lanes out: each plan fits the room and
+    // the caps, and with nothing claimable the book learns "all empty" in at most three claims
+    // (each claim asks some lane not yet known empty, unless the caps leave nothing to ask).
+    int states = 0;
+    for (int e = 0; e < 8; ++e)
+        for (int o = 0; o < 8; ++o)
+            for (std::uint32_t room : {1u, 2u, 3u, 4u, 5u, 7u, 16u, 63u, 64u, 65u, 512u})
+                for (std::uint32_t batch : {1u, 2u, room / 2 + 1, room})
+                    for (int c = 0; c < 3; ++c) {
+                        const Lanes cap = c == 0   ? Lanes{unlimited, unlimited, unlimited}
+                                          : c == 1 ? Lanes{unlimited, 0, unlimited}
+                                                   : Lanes{2, 1, 0};
+                        pg::detail::LaneBook b;
+                        // Reach the state through learn(): asked one of each lane, got one of a
+                        // lane that holds work (late when overdue), none of an empty one.
+                        Lanes got{};
+                        std::array<bool, 3> late{};
+                        for (std::size_t p = 0; p < 3; ++p) {
+                            got[p] = (e >> p & 1) ? 0 : 1;
+                            late[p] = (o >> p & 1) != 0;
+                        }
+                        b.learn({1, 1, 1}, got, late);
+                        // Until every lane its caps let it ask is known empty.
+                        const auto learnt = [&] {
+                            for (std::size_t p = 0; p < 3; ++p)
+                                if (cap[p] > 0 && !b.empty(p))
+                                    return false;
+                            return true;
+                        };
+                        int claims = 0;
+                        while (!learnt()) {
+                            const Lanes q = b.plan(batch, room, weights, cap);
+                            const std::uint32_t total = q[0] + q[1] + q[2];
+                            REQUIRE(total <= room);
+                            REQUIRE(total > 0);
+                            for (std::size_t p = 0; p < 3; ++p)
+                                REQUIRE(q[p] <= cap[p]);
+                            b.learn(q, {0, 0, 0}, {false, false, false});
+                            ++claims;
+                            REQUIRE(claims <= 3);
+                        }
+                        // A lane whose bucket is dry is not asked and keeps its state (the
+                        // node's sleep waits for its token, not for a claim).
+                        for (std::size_t p = 0; p < 3; ++p)
+                            if (cap[p] == 0)
+                                REQUIRE(b.empty(p) == ((e >> p & 1) != 0));
+                        ++states;
+                    }
+    CHECK(states == 8 * 8 * 11 * 4 * 3);
+}
+
+TEST_CASE("idle after draining lanes past the anti-starvation budget (overdue lanes)",
+          "[pg][idle_overdue]") {
+    Db db("ax_t_idle_overdue");
+    pg::Client c(db.conninfo);
+    // The finding: 20,000 no-op tasks queued 6 s before two 4-worker nodes started.
+    c.enqueue_many(tasks_of("noop", 20000));
+    db.back_date(6s);
+    Nodes ns(db, 2);
+    ns.start();
+    REQUIRE(wait_until([&] { return c.counts().live() == 0; }, 60s));
+    std::this_thread::sleep_for(300ms); // the last round trips settle
+    CHECK(idle_claim_rate(ns, "20k overdue normal tasks") <= max_idle_claims_per_s);
+
+    // Again with every lane overdue at once.
+    std::vector<pg::NewTask> mixed;
+    for (int p = 0; p < 3; ++p) {
+        auto ts = tasks_of("noop", 3000, static_cast<ax::Priority>(p));
+        mixed.insert(mixed.end(), ts.begin(), ts.end());
+    }
+    c.enqueue_many(mixed);
+    db.back_date(6s);
+    REQUIRE(wait_until([&] { return c.counts().live() == 0; }, 60s));
+    std::this_thread::sleep_for(300ms);
+    CHECK(idle_claim_rate(ns, "9k overdue tasks in three lanes") <= max_idle_claims_per_s);
+    // Every claim read back either returned a batch or nothing.
+    for (auto& n : ns.nodes) {
+        n->stop();
+        const auto st = n->stats();
+        CHECK(st.claims == st.batches + st.empty_claims);
+        CHECK(st.empty_claims > 0);
+    }
+}
+
+TEST_CASE("idle with tasks no node can take: tags nobody offers", "[pg][idle_tags]") {
+    Db db("ax_t_idle_tags");
+    pg::Client c(db.conninfo);
+    std::vector<pg::NewTask> ts;
+    for (int p = 0; p < 3; ++p) {
+        const auto prio = static_cast<ax::Priority>(p);
+        for (int i = 0; i < 1000; ++i)
+            ts.push_back({.kind = "noop", .priority = prio});
+        for (int i = 0; i < 300; ++i)
+            ts.push_back({.kind = "noop", .priority = prio, .tags = {"gpu"}});
+        for (int i = 0; i < 100; ++i) // nobody offers tpu: these stay
+            ts.push_back({.kind = "noop", .priority = prio, .tags = {"tpu"}});
+    }
+    c.enqueue_many(ts);
+    db.back_date(6s);
+    Nodes ns(db, 2, {"noop"}, [n = 0](pg::NodeOptions& o) mutable {
+        if (n++ == 0)
+            o.tags = {"gpu"};
+    });
+    ns.start();
+    REQUIRE(wait_until([&] { return c.counts().live() == 300; }, 60s));
+    std::this_thread::sleep_for(300ms);
+    CHECK(idle_claim_rate(ns, "drain beside 300 tpu-tagged tasks") <= max_idle_claims_per_s);
+    CHECK(c.counts().live() == 300);
+    CHECK(ns.ran.load() == 3900);
+}
+
+TEST_CASE("idle with tasks no node can take: kinds nobody handles, tasks not due yet",
+          "[pg][idle_unknown_kind]") {
+    Db db("ax_t_idle_kind");
+    pg::Client c(db.conninfo);
+    std::vector<pg::NewTask> ts;
+    for (int p = 0; p < 3; ++p) {
+        const auto prio = static_cast<ax::Priority>(p);
+        for (int i = 0; i < 1500; ++i)
+            ts.push_back({.kind = "noop", .priority = prio});
+        for (int i = 0; i < 100; ++i) // no node handles this kind: these stay
+            ts.push_back({.kind = "nobody", .priority = prio});
+        for (int i = 0; i < 50; ++i) // due in a minute: these stay too
+            ts.push_back({.kind = "noop", .priority = prio, .delay = 60s});
+    }
+    c.enqueue_many(ts);
+    db.back_date(6s);
+    Nodes ns(db, 2);
+    ns.start();
+    REQUIRE(wait_until([&] { return c.counts().live() == 450; }, 60s));
+    std::this_thread::sleep_for(300ms);
+    CHECK(idle_claim_rate(ns, "drain beside unknown kinds and delayed tasks") <=
+          max_idle_claims_per_s);
+    CHECK(c.counts().live() == 450);
+    CHECK(ns.ran.load() == 4500);
+}
+
+TEST_CASE("idle after a server restart in the middle of a drain", "[pg][idle_restart]") {
+    const char* ctl = std::getenv("AX_PG_CTL");
+    if (ctl == nullptr) {
+        WARN("AX_PG_CTL not set (run under scripts/pg-server.sh): restart test skipped");
+        return;
+    }
+    Db db("ax_t_idle_restart");
+    const std::size_t n = 20000;
+    {
+        pg::Client c(db.conninfo);
+        std::vector<pg::NewTask> ts;
+        for (int p = 0; p < 3; ++p) {
+            auto part = tasks_of("noop", n / 4, static_cast<ax::Priority>(p));
+            ts.insert(ts.end(), part.begin(), part.end());
+        }
+        auto rest = tasks_of("noop", n - ts.size());
+        ts.insert(ts.end(), rest.begin(), rest.end());
+        c.enqueue_many(ts);
+    }
+    db.back_date(6s);
+    Nodes ns(db, 2);
+    ns.start();
+    REQUIRE(wait_until([&] { return ns.ran.load() >= n / 4; }, 60s));
+    REQUIRE(std::system((std::string(ctl) + " restart >/dev/null").c_str()) == 0);
+    std::printf("  server restarted with %llu of %zu tasks run\n",
+                static_cast<unsigned long long>(ns.ran.load()), n);
+    pg::Client c(db.conninfo);
+    REQUIRE(wait_until(
+        [&] {
+            try {
+                return c.counts().live() == 0;
+            } catch (const pg::Error&) {
+                return false;
+            }
+        },
+        60s));
+    std::this_thread::sleep_for(300ms);
+    CHECK(idle_claim_rate(ns, "a restart mid-drain") <= max_idle_claims_per_s);
+    CHECK(db.scalar("SELECT count(*) FROM ax.history WHERE state = 1") ==
+          static_cast<std::int64_t>(n));
+    std::uint64_t reconnects = 0;
+    for (auto& node : ns.nodes)
+        reconnects += node->stats().reconnects;
+    CHECK(reconnects >= 2);
+}
+
+TEST_CASE("idle after a dead node's batches were reclaimed", "[pg][idle_reclaim]") {
+    Db db("ax_t_idle_reclaim");
+    pg::Client c(db.conninfo);
+    // The victim claims every task and sleeps on them; it never finishes one.
+    const std::size_t n = 40;
+    c.enqueue_many(tasks_of("sleep", n / 2, ax::Priority::high, "600000"));
+    c.enqueue_many(tasks_of("sleep", n / 2, ax::Priority::low, "600000"));
+    db.back_date(6s);
+    Proc victim(
+        db.conninfo, "victim",
+        {"--kinds", "sleep", "--workers", "4", "--lease-ms", "1000", "--maintain-ms", "200"});
+    REQUIRE(wait_until(
+        [&] {
+            return db.scalar("SELECT count(*) FROM ax.tasks WHERE node_id IS NOT NULL") ==
+                   static_cast<std::int64_t>(n);
+        },
+        60s));
+    // The survivors start while the victim holds everything: idle from the start, then the
+    // reclaim (their maintenance, at the victim's lease end) hands them the tasks.
+    Nodes ns(db, 2, {"sleep"});
+    ns.start();
+    std::this_thread::sleep_for(300ms);
+    victim.kill9();
+    REQUIRE(wait_until([&] { return c.counts().live() == 0; }, 60s));
+    std::uint64_t reclaimed = 0;
+    for (auto& node : ns.nodes)
+        reclaimed += node->stats().reclaimed_batches;
+    CHECK(reclaimed >= 1);
+    CHECK(ns.ran.load() == n);
+    std::this_thread::sleep_for(300ms);
+    CHECK(idle_claim_rate(ns, "a reclaim of a dead node's batches") <= max_idle_claims_per_s);
+}
+
+int main(int argc, char** argv) {
+    const char* conninfo = std::getenv("AX_PG_CONNINFO");
+    bool logic_only = false;
+    for (int i = 1; i < argc; ++i)
+        logic_only = logic_only || std::string(argv[i]) == "[idle_logic]";
+    if ((conninfo == nullptr || *conninfo == '\0') && !logic_only) {
+        std::printf("SKIPPED: AX_PG_CONNINFO is not set, so no PostgreSQL server to test against "
+                    "(run under scripts/pg-server.sh, as scripts/test.sh's pg stage does)\n");
+        return 77;
+    }
+    g_base = conninfo != nullptr ? conninfo : "";
+    std::string self = argv[0];
+    g_node_exe = self.substr(0, self.rfind('/') + 1) + "pg_test_node";
+    return Catch::Session().run(argc, argv);
+}
