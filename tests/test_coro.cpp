@@ -281,3 +281,381 @@ TEST_CASE("then runs a continuation on the value without blocking a thread", "[c
     CHECK(after_slow->state() == ax::TaskState::cancelled);
     CHECK_THROWS_AS(after_slow->get(), ax::TaskCancelled);
 }
+
+TEST_CASE("a suspended coroutine is pending: query, list_tasks and cancel by ID; cancel destroys "
+          "its frame at once",
+          "[coro][lifetime]") {
+    ax::Scheduler<> sched(small_pool(2));
+    std::atomic<int> live{0};
+    Gate gate;
+    auto h = sched.submit([&]() -> ax::Task<int> {
+        Tracked t(live);
+        auto c = sched.submit([&] {
+            gate.wait();
+            return 1;
+        });
+        co_return co_await c.value();
+    });
+    REQUIRE(h);
+    const ax::TaskId id = h->id();
+    REQUIRE(eventually([&] {
+        auto q = sched.query(id);
+        return q && q->state == ax::TaskState::pending;
+    }));
+    CHECK(live.load() == 1);
+    bool listed = false;
+    for (const auto& t : sched.list_tasks(ax::TaskState::pending, 100))
+        listed = listed || t.id == id;
+    CHECK(listed);
+    CHECK(sched.query(id)->attempts == 1);
+    CHECK(sched.cancel(id));
+    CHECK(live.load() == 0); // the frame (and its locals) went with the cancel
+    CHECK(h->state() == ax::TaskState::cancelled);
+    gate.open(); // the awaited task runs on, unaffected
+    REQUIRE(sched.shutdown(ax::ShutdownMode::drain, 30s));
+    CHECK_THROWS_AS(h->get(), ax::TaskCancelled);
+}
+
+TEST_CASE("cancel while a coroutine runs: its stop token fires, it ends cancelled at its next "
+          "suspension",
+          "[coro][lifetime]") {
+    ax::Scheduler<> sched(small_pool(2));
+    std::atomic<int> live{0};
+    std::atomic<bool> started{false}, stopped_by_token{false}, went_on{false};
+    auto h = sched.submit([&](ax::TaskContext& ctx) -> ax::Task<int> {
+        Tracked t(live);
+        std::stop_callback cb(ctx.stop_token(), [&] { stopped_by_token = true; });
+        started = true;
+        while (!ctx.stop_requested())
+            std::this_thread::sleep_for(1ms);
+        co_await sched.submit([] { return 1; }).value();
+        went_on = true;
+        co_return 0;
+    });
+    REQUIRE(h);
+    REQUIRE(eventually([&] { return started.load(); }));
+    CHECK(sched.cancel(h->id()));
+    REQUIRE(h->wait_for(30s));
+    CHECK(h->state() == ax::TaskState::cancelled);
+    CHECK(stopped_by_token.load());
+    CHECK(!went_on.load());
+    CHECK(live.load() == 0);
+}
+
+TEST_CASE("cancellation racing resumption: each coroutine is resumed or cancelled, never both, "
+          "its frame destroyed once",
+          "[coro][lifetime][race]") {
+    ax::Scheduler<> sched(small_pool(2));
+    std::atomic<int> live{0};
+    constexpr int rounds = 300;
+    std::vector<std::atomic<int>> resumed(rounds);
+    std::vector<ax::TaskHandle<int>> hs;
+    for (int i = 0; i < rounds; ++i) {
+        auto h = sched.submit([&, i]() -> ax::Task<int> {
+            Tracked t(live);
+            for (int k = 0; k < 3; ++k) {
+                auto c = sched.submit([] { return 1; });
+                if (!c)
+                    co_return -1;
+                co_await *c;
+            }
+            resumed[static_cast<std::size_t>(i)].fetch_add(1);
+            co_return 1;
+        });
+        REQUIRE(h);
+        for (int spin = 0; spin < (i % 7) * 50; ++spin)
+            std::this_thread::yield();
+        sched.cancel(h->id());
+        hs.push_back(std::move(*h));
+    }
+    int ok = 0, cancelled = 0;
+    for (int i = 0; i < rounds; ++i) {
+        REQUIRE(hs[static_cast<std::size_t>(i)].wait_for(30s));
+        const auto st = hs[static_cast<std::size_t>(i)].state();
+        if (st == ax::TaskState::succeeded) {
+            ++ok;
+            CHECK(resumed[static_cast<std::size_t>(i)].load() == 1);
+        } else {
+            CHECK(st == ax::TaskState::cancelled);
+            ++cancelled;
+        }
+        CHECK(resumed[static_cast<std::size_t>(i)].load() <= 1);
+    }
+    CHECK(ok + cancelled == rounds);
+    REQUIRE(sched.shutdown(ax::ShutdownMode::drain, 30s));
+    CHECK(live.load() == 0);
+}
+
+TEST_CASE("a suspended coroutine is not stuck: its timeout counts per run", "[coro][timeout]") {
+    ax::Config cfg = small_pool(2);
+    cfg.dispatch_interval = 1ms;
+    cfg.watchdog_interval = 2ms;
+    cfg.retry_base_delay = 1ms;
+    ax::Scheduler<> sched(cfg);
+    auto h = sched.submit(
+        [&]() -> ax::Task<int> {
+            for (int i = 0; i < 3; ++i)
+                co_await sched.submit([] {
+                    std::this_thread::sleep_for(60ms);
+                    return 1;
+                }).value();
+            co_return 7;
+        },
+        {.timeout = 20ms, .max_retries = 0});
+    REQUIRE(h);
+    REQUIRE(h->wait_for(30s));
+    const auto q = sched.query(h->id());
+    REQUIRE(q);
+    CHECK(q->state == ax::TaskState::succeeded);
+    CHECK(q->attempts == 1); // resumptions are not attempts
+    CHECK(sched.metrics().totals.timeouts == 0);
+    CHECK(h->get() == 7);
+}
+
+TEST_CASE("a run that outlives its timeout fails the attempt; the retry restarts the coroutine",
+          "[coro][timeout]") {
+    ax::Config cfg = small_pool(2);
+    cfg.dispatch_interval = 1ms;
+    cfg.watchdog_interval = 2ms;
+    cfg.retry_base_delay = 1ms;
+    cfg.retry_jitter = 0ms;
+    ax::Scheduler<> sched(cfg);
+    std::atomic<int> starts{0}, live{0};
+    auto h = sched.submit(
+        [&](ax::TaskContext& ctx) -> ax::Task<int> {
+            Tracked t(live);
+            starts.fetch_add(1);
+            co_await sched.submit([] { return 1; }).value();
+            if (ctx.attempt() == 1) {
+                while (!ctx.stop_requested()) // no heartbeat: the watchdog times this run out
+                    std::this_thread::sleep_for(1ms);
+                co_await sched.submit([] { return 1; }).value(); // the suspension ends it
+                co_return -1;
+            }
+            ctx.heartbeat();
+            co_return ctx.attempt();
+        },
+        {.timeout = 30ms, .max_retries = 1});
+    REQUIRE(h);
+    REQUIRE(h->wait_for(30s));
+    CHECK(starts.load() == 2);
+    CHECK(sched.query(h->id())->attempts == 2);
+    CHECK(sched.metrics().totals.timeouts >= 1);
+    CHECK(h->get() == 2);
+    CHECK(live.load() == 0);
+}
+
+TEST_CASE("retries restart a failed coroutine with a fresh frame; captures are kept",
+          "[coro][retry]") {
+    ax::Config cfg = small_pool(2);
+    cfg.retry_base_delay = 1ms;
+    cfg.retry_jitter = 0ms;
+    ax::Scheduler<> sched(cfg);
+    std::atomic<int> live{0};
+    auto counter = std::make_shared<std::atomic<int>>(0);
+    auto h = sched.submit(
+        [&, counter](ax::TaskContext& ctx) -> ax::Task<int> {
+            Tracked t(live);
+            counter->fetch_add(1);
+            const int v = co_await sched.submit([] { return 5; }).value();
+            if (ctx.attempt() < 3)
+                throw std::runtime_error("attempt " + std::to_string(ctx.attempt()));
+            co_return v * 10 + static_cast<int>(ctx.attempt());
+        },
+        {.max_retries = 3});
+    REQUIRE(h);
+    CHECK(h->get() == 53);
+    CHECK(counter->load() == 3);
+    CHECK(live.load() == 0);
+    // Failures exhaust the retries: dead-lettered with the last exception.
+    auto bad = sched.submit(
+        [&]() -> ax::Task<void> {
+            co_await sched.submit([] {}).value();
+            throw std::runtime_error("always");
+        },
+        {.max_retries = 1});
+    REQUIRE(bad);
+    REQUIRE(bad->wait_for(30s));
+    CHECK(bad->state() == ax::TaskState::dead_lettered);
+    CHECK(sched.query(bad->id())->attempts == 2);
+    CHECK_THROWS_AS(bad->get(), std::runtime_error);
+}
+
+TEST_CASE("schedule() hops onto a worker with a new priority and group", "[coro][schedule]") {
+    ax::Scheduler<> sched(small_pool(2));
+    const ax::GroupId g = sched.group("one-at-a-time");
+    sched.set_group_limit(g, 1);
+    std::atomic<int> inside{0}, most{0};
+    std::vector<ax::TaskHandle<ax::TaskId>> hs;
+    for (int i = 0; i < 6; ++i) {
+        auto h = sched.submit([&]() -> ax::Task<ax::TaskId> {
+            auto me = co_await sched.try_schedule({.priority = ax::Priority::high, .group = g});
+            REQUIRE(me);
+            CHECK(on_worker());
+            for (int k = 0; k < 2; ++k) {
+                const int now = inside.fetch_add(1) + 1;
+                int seen = most.load();
+                while (now > seen && !most.compare_exchange_weak(seen, now)) {
+                }
+                std::this_thread::sleep_for(2ms);
+                inside.fetch_sub(1);
+                // A suspension gives the group slot back; the resumption takes one again.
+                co_await sched.submit([] { return 0; }).value();
+            }
+            co_return *me;
+        });
+        REQUIRE(h);
+        hs.push_back(std::move(*h));
+    }
+    for (auto& h : hs) {
+        REQUIRE(h.wait_for(30s));
+        const ax::TaskId id = h.id();
+        const auto q = sched.query(id);
+        REQUIRE(q);
+        CHECK(q->priority == ax::Priority::high);
+        CHECK(q->group == g);
+        CHECK(h.get() == id); // try_schedule's value is the task's own ID
+    }
+    CHECK(most.load() == 1);
+}
+
+TEST_CASE("schedule() refused: SubmitRefused or an Expected with the SubmitError",
+          "[coro][schedule]") {
+    ax::Config cfg = small_pool(2);
+    cfg.queue_capacity = 4;
+    ax::Scheduler<> sched(cfg);
+    ax::Scheduler<> other(small_pool(1));
+    Gate blocker, filled;
+    auto block = sched.submit([&] { blocker.wait(); });
+    REQUIRE(block);
+    std::atomic<bool> running{false};
+    auto h = sched.submit([&]() -> ax::Task<std::string> {
+        std::string out;
+        try {
+            co_await sched.schedule({.group = ax::GroupId{77}});
+        } catch (const ax::SubmitRefused& e) {
+            out += e.error().code == ax::Errc::invalid_options ? "invalid" : "?";
+        }
+        try {
+            co_await other.schedule();
+        } catch (const std::invalid_argument&) {
+            out += " foreign";
+        }
+        running = true;
+        filled.wait(); // the test fills the queue behind us
+        auto r = co_await sched.try_schedule({.priority = ax::Priority::low});
+        if (!r)
+            out += r.error().retryable() ? " busy" : " ?";
+        try {
+            co_await sched.schedule();
+        } catch (const ax::SubmitRefused& e) {
+            out += e.error().retryable() ? " refused" : " ?";
+        }
+        co_return out;
+    });
+    REQUIRE(h);
+    REQUIRE(eventually([&] { return running.load(); }));
+    std::vector<ax::TaskHandle<void>> fill;
+    while (true) {
+        auto f = sched.submit([] {}, {.priority = ax::Priority::high});
+        if (!f)
+            break;
+        fill.push_back(std::move(*f));
+    }
+    filled.open();
+    REQUIRE(h->wait_for(30s));
+    CHECK(h->get() == "invalid foreign busy refused");
+    blocker.open();
+}
+
+TEST_CASE("a coroutine in a group awaits a task of its own group without deadlock",
+          "[coro][groups]") {
+    ax::Scheduler<> sched(small_pool(1));
+    const ax::GroupId g = sched.group("solo");
+    sched.set_group_limit(g, 1);
+    auto h = sched.submit(
+        [&]() -> ax::Task<int> {
+            auto c = sched.submit([] { return 3; }, {.group = g});
+            co_return co_await c.value() + 1;
+        },
+        {.group = g});
+    REQUIRE(h);
+    REQUIRE(h->wait_for(30s));
+    CHECK(h->get() == 4);
+}
+
+TEST_CASE("shutdown(drain) lets suspended coroutines finish", "[coro][shutdown]") {
+    auto sched = std::make_unique<ax::Scheduler<>>(small_pool(2));
+    auto h = sched->submit([s = sched.get()]() -> ax::Task<int> {
+        co_return co_await s->submit([] {
+            std::this_thread::sleep_for(30ms);
+            return 9;
+        }).value();
+    });
+    REQUIRE(h);
+    REQUIRE(eventually([&] {
+        auto q = sched->query(h->id());
+        return q && q->state != ax::TaskState::queued && q->state != ax::TaskState::running;
+    }));
+    CHECK(sched->shutdown(ax::ShutdownMode::drain, 30s));
+    sched.reset();
+    CHECK(h->get() == 9);
+}
+
+TEST_CASE("a scheduler destroyed while a coroutine is suspended cancels it and destroys its "
+          "frame; the handle outlives it",
+          "[coro][shutdown][lifetime]") {
+    std::atomic<int> live{0};
+    ax::TaskHandle<int> h;
+    {
+        ax::Config cfg = small_pool(2);
+        cfg.shutdown_grace = 100ms;
+        ax::Scheduler<> sched(cfg);
+        auto s = sched.submit([&]() -> ax::Task<int> {
+            Tracked t(live);
+            co_return co_await sched.submit([](ax::TaskContext& ctx) {
+                while (!ctx.stop_requested()) // ends only when shutdown cancels it
+                    std::this_thread::sleep_for(1ms);
+                return 1;
+            }).value();
+        });
+        REQUIRE(s);
+        h = std::move(*s);
+        REQUIRE(eventually([&] { return h.state() == ax::TaskState::pending; }));
+        CHECK(live.load() == 1);
+    } // ~Scheduler: drain for 100 ms, then cancel
+    CHECK(live.load() == 0);
+    CHECK(h.state() == ax::TaskState::cancelled);
+    CHECK_THROWS_AS(h.get(), ax::TaskCancelled);
+}
+
+TEST_CASE("a handle of a scheduler that shut down can be awaited; an unfinished foreign one is "
+          "refused",
+          "[coro][shutdown][lifetime]") {
+    ax::TaskHandle<int> done;
+    {
+        ax::Scheduler<> gone(small_pool(1));
+        done = gone.submit([] { return 5; }).value();
+    } // drained: its task ended
+    ax::Scheduler<> other(small_pool(1));
+    Gate gate;
+    auto pending = other.submit([&] {
+        gate.wait();
+        return 6;
+    });
+    REQUIRE(pending);
+    ax::Scheduler<> sched(small_pool(2));
+    auto h = sched.submit([&]() -> ax::Task<int> {
+        int v = co_await done;
+        try {
+            co_await *pending;
+        } catch (const std::invalid_argument&) {
+            v += 100;
+        }
+        co_return v;
+    });
+    REQUIRE(h);
+    CHECK(h->get() == 105);
+    gate.open();
+    CHECK(pending->get() == 6);
+}
