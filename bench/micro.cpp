@@ -107,10 +107,18 @@ void* operator new(std::size_t n, std::align_val_t a) {
         return p;
     throw std::bad_alloc();
 }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p) noexcept {
+    std::free(p);
+}
+void operator delete(void* p, std::size_t) noexcept {
+    std::free(p);
+}
+void operator delete(void* p, std::align_val_t) noexcept {
+    std::free(p);
+}
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept {
+    std::free(p);
+}
 
 namespace {
 
@@ -130,7 +138,8 @@ struct Options {
     int latency_samples = 2000;
     std::chrono::microseconds latency_gap{200};
     std::uint64_t queued_tasks = 100'000;
-    std::string only; // comma-separated sections: e2e, e2e2, hist, coro, idle, post, mem (empty: all)
+    std::string
+        only; // comma-separated sections: e2e, e2e2, hist, coro, idle, post, mem (empty: all)
     std::string impl; // only cases whose implementation name contains this (empty: all)
     bool wants(const char* section) const {
         return only.empty() ||
@@ -739,10 +748,11 @@ void print_table(const std::vector<Case>& cases, const Options& o) {
 }
 
 int usage(const char* argv0) {
-    std::printf("usage: %s [--reps N] [--tasks N] [--workers N] [--samples N] [--gap-us N]\n"
-                "          [--queued N] [--only e2e,e2e2,hist,coro,idle,post,mem] [--impl SUBSTRING]\n"
-                "       %s --gbench [Google Benchmark flags]   component micro-benchmarks\n",
-                argv0, argv0);
+    std::printf(
+        "usage: %s [--reps N] [--tasks N] [--workers N] [--samples N] [--gap-us N]\n"
+        "          [--queued N] [--only e2e,e2e2,hist,coro,idle,post,mem] [--impl SUBSTRING]\n"
+        "       %s --gbench [Google Benchmark flags]   component micro-benchmarks\n",
+        argv0, argv0);
     return 2;
 }
 

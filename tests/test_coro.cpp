@@ -3,10 +3,9 @@
 // fails when it breaks; the races run under TSan and ASan in CI.
 #include "test_support.hpp"
 
+#include <atomic>
 #include <ax/coro.hpp>
 #include <ax/scheduler.hpp>
-
-#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdint>
@@ -52,9 +51,30 @@ int thread_count() {
     return n;
 }
 
-bool on_worker() { return ax::detail::current_host != nullptr; }
+bool on_worker() {
+    return ax::detail::current_host != nullptr;
+}
 
-ax::Task<int> add_one(int x) { co_return x + 1; }
+/// Catch's assertions are not thread-safe: checks inside tasks count failures here (with the
+/// line of the last one), and the test checks the count on its own thread (CHECK_TASKS).
+std::atomic<int> task_failures{0};
+std::atomic<int> task_failure_line{0};
+#define TASK_CHECK(cond)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            task_failure_line.store(__LINE__);                                                     \
+            task_failures.fetch_add(1);                                                            \
+        }                                                                                          \
+    } while (false)
+#define CHECK_TASKS()                                                                              \
+    do {                                                                                           \
+        INFO("last failed check inside a task: line " << task_failure_line.load());                \
+        CHECK(task_failures.exchange(0) == 0);                                                     \
+    } while (false)
+
+ax::Task<int> add_one(int x) {
+    co_return x + 1;
+}
 ax::Task<int> throws_after(int x) {
     co_await add_one(x);
     throw std::runtime_error("nested " + std::to_string(x));
@@ -68,11 +88,12 @@ TEST_CASE("a coroutine task returns its value through an ordinary handle", "[cor
     REQUIRE(h);
     CHECK(h->get() == 42);
     auto v = sched.submit([](ax::TaskContext& ctx) -> ax::Task<void> {
-        CHECK(ctx.attempt() == 1);
+        TASK_CHECK(ctx.attempt() == 1);
         co_return;
     });
     REQUIRE(v);
     v->get();
+    CHECK_TASKS();
 }
 
 TEST_CASE("co_await on a handle takes its value, its exception or TaskCancelled", "[coro]") {
@@ -96,7 +117,7 @@ TEST_CASE("co_await on a handle takes its value, its exception or TaskCancelled"
             while (!ctx.stop_requested() && !never.is_open())
                 std::this_thread::sleep_for(1ms);
         });
-        REQUIRE(blocked);
+        TASK_CHECK(blocked);
         sched.cancel(blocked->id());
         try {
             co_await *blocked;
@@ -109,6 +130,7 @@ TEST_CASE("co_await on a handle takes its value, its exception or TaskCancelled"
     REQUIRE(h);
     gate.open();
     CHECK(h->get() == "child boom cancelled");
+    CHECK_TASKS();
 }
 
 TEST_CASE("a suspended coroutine holds no thread: one worker runs the children it awaits",
@@ -118,16 +140,17 @@ TEST_CASE("a suspended coroutine holds no thread: one worker runs the children i
         int sum = 0;
         for (int i = 0; i < 50; ++i) {
             auto child = ctx.submit([i] { return i; });
-            REQUIRE(child);
+            TASK_CHECK(child);
             sum += co_await *child;
             // Back on the (only) worker, not inside the child's ending.
-            CHECK(on_worker());
+            TASK_CHECK(on_worker());
         }
         co_return sum;
     });
     REQUIRE(h);
     REQUIRE(h->wait_for(30s));
     CHECK(h->get() == 49 * 50 / 2);
+    CHECK_TASKS();
 }
 
 TEST_CASE("nested ax::Task runs inline and propagates its exception", "[coro]") {
@@ -137,13 +160,14 @@ TEST_CASE("nested ax::Task runs inline and propagates its exception", "[coro]") 
         try {
             co_await throws_after(a);
         } catch (const std::runtime_error& e) {
-            CHECK(std::string(e.what()) == "nested 2");
+            TASK_CHECK(std::string(e.what()) == "nested 2");
             a += 10;
         }
         co_return a;
     });
     REQUIRE(h);
     CHECK(h->get() == 12);
+    CHECK_TASKS();
 }
 
 TEST_CASE("no stack grows with a chain of awaits: resumption always goes through the queue",
@@ -157,9 +181,9 @@ TEST_CASE("no stack grows with a chain of awaits: resumption always goes through
             if (n == 0)
                 co_return 0;
             auto next = sched->submit(Chain{sched, n - 1});
-            REQUIRE(next);
+            TASK_CHECK(next);
             const int below = co_await *next;
-            CHECK(on_worker());
+            TASK_CHECK(on_worker());
             co_return below + 1;
         }
     };
@@ -170,6 +194,7 @@ TEST_CASE("no stack grows with a chain of awaits: resumption always goes through
     REQUIRE(h);
     REQUIRE(h->wait_for(120s));
     CHECK(h->get() == depth);
+    CHECK_TASKS();
 }
 
 TEST_CASE("fan-out/fan-in of 100k children awaited by coroutines, max_workers = 1", "[coro]") {
@@ -187,7 +212,7 @@ TEST_CASE("fan-out/fan-in of 100k children awaited by coroutines, max_workers = 
             kids.reserve(children);
             for (int c = 0; c < children; ++c) {
                 auto k = ctx.submit([p, c] { return long{p} * 1000 + c; });
-                REQUIRE(k);
+                TASK_CHECK(k);
                 kids.push_back(std::move(*k));
             }
             const std::vector<long> values = co_await ax::when_all(kids);
@@ -214,6 +239,7 @@ TEST_CASE("fan-out/fan-in of 100k children awaited by coroutines, max_workers = 
     CHECK(most_threads.load() <= before + 2);
     CHECK(sched.metrics().workers.peak <= 1);
     CHECK(sched.metrics().workers.created <= 1);
+    CHECK_TASKS();
 }
 
 TEST_CASE("when_all rethrows the first failure after every task ended", "[coro]") {
@@ -237,16 +263,17 @@ TEST_CASE("when_all rethrows the first failure after every task ended", "[coro]"
         try {
             co_await ax::when_all(hs);
         } catch (const ax::PermanentError& e) {
-            CHECK(std::string(e.what()) == "child 7");
-            CHECK(ended.load() == 20);
+            TASK_CHECK(std::string(e.what()) == "child 7");
+            TASK_CHECK(ended.load() == 20);
             for (auto& x : hs)
-                CHECK(!x.valid());
+                TASK_CHECK(!x.valid());
             co_return 1;
         }
         co_return 0;
     });
     REQUIRE(h);
     CHECK(h->get() == 1);
+    CHECK_TASKS();
 }
 
 TEST_CASE("then runs a continuation on the value without blocking a thread", "[coro]") {
@@ -261,13 +288,11 @@ TEST_CASE("then runs a continuation on the value without blocking a thread", "[c
 
     // A failed antecedent fails the continuation with its exception; a cancelled one cancels it.
     auto bad = sched.submit([]() -> int { throw ax::PermanentError("first"); });
-    auto after_bad = ax::then(
-        sched, std::move(*bad), [](int& v) { return v; }, {.max_retries = 0});
+    auto after_bad = ax::then(sched, std::move(*bad), [](int& v) { return v; }, {.max_retries = 0});
     REQUIRE(after_bad);
     CHECK_THROWS_AS(after_bad->get(), ax::PermanentError);
     CHECK(sched.query(after_bad->id()).has_value());
 
-    Gate gate;
     auto slow = sched.submit([&](ax::TaskContext& ctx) {
         while (!ctx.stop_requested())
             std::this_thread::sleep_for(1ms);
@@ -280,6 +305,7 @@ TEST_CASE("then runs a continuation on the value without blocking a thread", "[c
     REQUIRE(after_slow->wait_for(30s));
     CHECK(after_slow->state() == ax::TaskState::cancelled);
     CHECK_THROWS_AS(after_slow->get(), ax::TaskCancelled);
+    CHECK_TASKS();
 }
 
 TEST_CASE("a suspended coroutine is pending: query, list_tasks and cancel by ID; cancel destroys "
@@ -314,6 +340,7 @@ TEST_CASE("a suspended coroutine is pending: query, list_tasks and cancel by ID;
     gate.open(); // the awaited task runs on, unaffected
     REQUIRE(sched.shutdown(ax::ShutdownMode::drain, 30s));
     CHECK_THROWS_AS(h->get(), ax::TaskCancelled);
+    CHECK_TASKS();
 }
 
 TEST_CASE("cancel while a coroutine runs: its stop token fires, it ends cancelled at its next "
@@ -328,7 +355,11 @@ TEST_CASE("cancel while a coroutine runs: its stop token fires, it ends cancelle
         started = true;
         while (!ctx.stop_requested())
             std::this_thread::sleep_for(1ms);
-        co_await sched.submit([] { return 1; }).value();
+        // Already ended: a co_await is a cancellation point all the same.
+        auto done = sched.submit([] { return 1; }).value();
+        while (!done.ready())
+            std::this_thread::sleep_for(1ms);
+        co_await done;
         went_on = true;
         co_return 0;
     });
@@ -340,6 +371,7 @@ TEST_CASE("cancel while a coroutine runs: its stop token fires, it ends cancelle
     CHECK(stopped_by_token.load());
     CHECK(!went_on.load());
     CHECK(live.load() == 0);
+    CHECK_TASKS();
 }
 
 TEST_CASE("cancellation racing resumption: each coroutine is resumed or cancelled, never both, "
@@ -384,6 +416,7 @@ TEST_CASE("cancellation racing resumption: each coroutine is resumed or cancelle
     CHECK(ok + cancelled == rounds);
     REQUIRE(sched.shutdown(ax::ShutdownMode::drain, 30s));
     CHECK(live.load() == 0);
+    CHECK_TASKS();
 }
 
 TEST_CASE("a suspended coroutine is not stuck: its timeout counts per run", "[coro][timeout]") {
@@ -395,10 +428,12 @@ TEST_CASE("a suspended coroutine is not stuck: its timeout counts per run", "[co
     auto h = sched.submit(
         [&]() -> ax::Task<int> {
             for (int i = 0; i < 3; ++i)
-                co_await sched.submit([] {
-                    std::this_thread::sleep_for(60ms);
-                    return 1;
-                }).value();
+                co_await sched
+                    .submit([] {
+                        std::this_thread::sleep_for(60ms);
+                        return 1;
+                    })
+                    .value();
             co_return 7;
         },
         {.timeout = 20ms, .max_retries = 0});
@@ -410,6 +445,7 @@ TEST_CASE("a suspended coroutine is not stuck: its timeout counts per run", "[co
     CHECK(q->attempts == 1); // resumptions are not attempts
     CHECK(sched.metrics().totals.timeouts == 0);
     CHECK(h->get() == 7);
+    CHECK_TASKS();
 }
 
 TEST_CASE("a run that outlives its timeout fails the attempt; the retry restarts the coroutine",
@@ -443,6 +479,7 @@ TEST_CASE("a run that outlives its timeout fails the attempt; the retry restarts
     CHECK(sched.metrics().totals.timeouts >= 1);
     CHECK(h->get() == 2);
     CHECK(live.load() == 0);
+    CHECK_TASKS();
 }
 
 TEST_CASE("retries restart a failed coroutine with a fresh frame; captures are kept",
@@ -479,6 +516,7 @@ TEST_CASE("retries restart a failed coroutine with a fresh frame; captures are k
     CHECK(bad->state() == ax::TaskState::dead_lettered);
     CHECK(sched.query(bad->id())->attempts == 2);
     CHECK_THROWS_AS(bad->get(), std::runtime_error);
+    CHECK_TASKS();
 }
 
 TEST_CASE("schedule() hops onto a worker with a new priority and group", "[coro][schedule]") {
@@ -490,8 +528,8 @@ TEST_CASE("schedule() hops onto a worker with a new priority and group", "[coro]
     for (int i = 0; i < 6; ++i) {
         auto h = sched.submit([&]() -> ax::Task<ax::TaskId> {
             auto me = co_await sched.try_schedule({.priority = ax::Priority::high, .group = g});
-            REQUIRE(me);
-            CHECK(on_worker());
+            TASK_CHECK(me);
+            TASK_CHECK(on_worker());
             for (int k = 0; k < 2; ++k) {
                 const int now = inside.fetch_add(1) + 1;
                 int seen = most.load();
@@ -517,15 +555,16 @@ TEST_CASE("schedule() hops onto a worker with a new priority and group", "[coro]
         CHECK(h.get() == id); // try_schedule's value is the task's own ID
     }
     CHECK(most.load() == 1);
+    CHECK_TASKS();
 }
 
 TEST_CASE("schedule() refused: SubmitRefused or an Expected with the SubmitError",
           "[coro][schedule]") {
     ax::Config cfg = small_pool(2);
     cfg.queue_capacity = 4;
+    Gate blocker, filled; // before the schedulers: they outlive every task that waits on them
     ax::Scheduler<> sched(cfg);
     ax::Scheduler<> other(small_pool(1));
-    Gate blocker, filled;
     auto block = sched.submit([&] { blocker.wait(); });
     REQUIRE(block);
     std::atomic<bool> running{false};
@@ -566,6 +605,7 @@ TEST_CASE("schedule() refused: SubmitRefused or an Expected with the SubmitError
     REQUIRE(h->wait_for(30s));
     CHECK(h->get() == "invalid foreign busy refused");
     blocker.open();
+    CHECK_TASKS();
 }
 
 TEST_CASE("a coroutine in a group awaits a task of its own group without deadlock",
@@ -582,15 +622,18 @@ TEST_CASE("a coroutine in a group awaits a task of its own group without deadloc
     REQUIRE(h);
     REQUIRE(h->wait_for(30s));
     CHECK(h->get() == 4);
+    CHECK_TASKS();
 }
 
 TEST_CASE("shutdown(drain) lets suspended coroutines finish", "[coro][shutdown]") {
     auto sched = std::make_unique<ax::Scheduler<>>(small_pool(2));
     auto h = sched->submit([s = sched.get()]() -> ax::Task<int> {
-        co_return co_await s->submit([] {
-            std::this_thread::sleep_for(30ms);
-            return 9;
-        }).value();
+        co_return co_await s
+            ->submit([] {
+                std::this_thread::sleep_for(30ms);
+                return 9;
+            })
+            .value();
     });
     REQUIRE(h);
     REQUIRE(eventually([&] {
@@ -600,6 +643,7 @@ TEST_CASE("shutdown(drain) lets suspended coroutines finish", "[coro][shutdown]"
     CHECK(sched->shutdown(ax::ShutdownMode::drain, 30s));
     sched.reset();
     CHECK(h->get() == 9);
+    CHECK_TASKS();
 }
 
 TEST_CASE("a scheduler destroyed while a coroutine is suspended cancels it and destroys its "
@@ -613,11 +657,13 @@ TEST_CASE("a scheduler destroyed while a coroutine is suspended cancels it and d
         ax::Scheduler<> sched(cfg);
         auto s = sched.submit([&]() -> ax::Task<int> {
             Tracked t(live);
-            co_return co_await sched.submit([](ax::TaskContext& ctx) {
-                while (!ctx.stop_requested()) // ends only when shutdown cancels it
-                    std::this_thread::sleep_for(1ms);
-                return 1;
-            }).value();
+            co_return co_await sched
+                .submit([](ax::TaskContext& ctx) {
+                    while (!ctx.stop_requested()) // ends only when shutdown cancels it
+                        std::this_thread::sleep_for(1ms);
+                    return 1;
+                })
+                .value();
         });
         REQUIRE(s);
         h = std::move(*s);
@@ -627,6 +673,7 @@ TEST_CASE("a scheduler destroyed while a coroutine is suspended cancels it and d
     CHECK(live.load() == 0);
     CHECK(h.state() == ax::TaskState::cancelled);
     CHECK_THROWS_AS(h.get(), ax::TaskCancelled);
+    CHECK_TASKS();
 }
 
 TEST_CASE("a handle of a scheduler that shut down can be awaited; an unfinished foreign one is "
@@ -658,4 +705,5 @@ TEST_CASE("a handle of a scheduler that shut down can be awaited; an unfinished 
     CHECK(h->get() == 105);
     gate.open();
     CHECK(pending->get() == 6);
+    CHECK_TASKS();
 }

@@ -44,8 +44,9 @@
 /// - cancel() of a suspended coroutine ends it cancelled at once and destroys its frame (its
 ///   locals' destructors run on the cancelling thread, like a queued task's captures). A cancel
 ///   while it runs requests its stop token; it ends cancelled at its next suspension, or when
-///   it returns. A cancel racing its resumption is one of the two: either it is resumed (and
-///   the cancel finds it running) or it is cancelled (and never resumed).
+///   it returns (every co_await of a handle, when_all or schedule() is a cancellation point,
+///   even when what it awaits has already ended). A cancel racing its resumption is one of the two:
+///   either it is resumed (and the cancel finds it running) or it is cancelled (and never resumed).
 /// - A TaskCancelled escaping the coroutine (a cancelled child awaited, not caught) ends the
 ///   task cancelled, not failed: cancellation propagates to the awaiting parent.
 /// - A timeout counts per run, from the last resumption or heartbeat: a suspended coroutine is
@@ -99,9 +100,7 @@ template <class R> class AllAwaiter;
 template <bool Try> class HopAwaiter;
 
 /// What ax::when_all returns: the handles to await.
-template <class R> struct AllOf {
-    std::vector<TaskHandle<R>>* handles;
-};
+template <class R> struct AllOf { std::vector<TaskHandle<R>>* handles; };
 
 template <class A> struct IsAxAwaitable : std::false_type {};
 template <class R> struct IsAxAwaitable<TaskHandle<R>> : std::true_type {};
@@ -151,8 +150,8 @@ struct PromiseBase {
         return HopAwaiter<Try>(driver, s);
     }
     template <class A>
-        requires(!IsAxAwaitable<std::remove_cvref_t<A>>::value)
-    A&& await_transform(A&& a) noexcept {
+    requires(!IsAxAwaitable<std::remove_cvref_t<A>>::value) A && await_transform(A&& a)
+    noexcept {
         static_assert(coro_false<A>,
                       "ax::Task can co_await only ax::TaskHandle, ax::Task, ax::when_all(...) and "
                       "Scheduler::schedule()/try_schedule(): a coroutine suspended where the "
@@ -179,6 +178,13 @@ struct CoroAccess {
     }
 };
 
+/// Whether the task `d` drives was asked to stop (cancel, or its run timed out): every co_await
+/// of a handle, when_all or schedule() is then a suspension, where the scheduler ends it.
+inline bool stop_pending(const CoroDriver* d) noexcept {
+    return d != nullptr && d->record != nullptr &&
+           (d->record->state.load(std::memory_order_acquire) & stop_bits) != 0;
+}
+
 /// Throws unless `h` may be awaited by the task `d` drives; true if it already ended.
 template <class R> bool handle_ready(const CoroDriver* d, const TaskHandle<R>& h) {
     if (!h.valid())
@@ -195,7 +201,7 @@ template <class R> bool handle_ready(const CoroDriver* d, const TaskHandle<R>& h
 template <class R> class HandleAwaiter {
   public:
     HandleAwaiter(CoroDriver* d, TaskHandle<R>* h) noexcept : d_(d), h_(h) {}
-    bool await_ready() const { return handle_ready(d_, *h_); }
+    bool await_ready() const { return handle_ready(d_, *h_) && !stop_pending(d_); }
     void await_suspend(std::coroutine_handle<> h) noexcept {
         d_->one = h_->id();
         d_->request = Suspension{Suspension::Kind::await, &d_->one, 1, Priority::normal, 0};
@@ -245,14 +251,14 @@ template <class R> class AllAwaiter {
         bool all = true;
         for (const auto& h : *hs_)
             all = handle_ready(d_, h) && all;
-        return all;
+        return all && !stop_pending(d_);
     }
     bool await_suspend(std::coroutine_handle<> h) {
         ids_.clear();
         for (const auto& x : *hs_)
             if (!x.ready())
                 ids_.push_back(x.id());
-        if (ids_.empty())
+        if (ids_.empty() && !stop_pending(d_))
             return false;
         d_->request = Suspension{Suspension::Kind::await, ids_.data(),
                                  static_cast<std::uint32_t>(ids_.size()), Priority::normal, 0};
@@ -530,9 +536,9 @@ template <class Fn, class F> void place_coroutine(TaskRecord& r, F&& f) {
 /// The coroutine behind ax::then: waits for the antecedent, keeps its value for retries of
 /// `fn`, and rethrows its failure (a cancelled antecedent cancels the continuation).
 template <class R, class Fn> struct Then {
-    using U = std::conditional_t<std::is_void_v<R>, std::invoke_result<Fn&>,
-                                 std::invoke_result<Fn&, std::conditional_t<std::is_void_v<R>,
-                                                                            int, R>&>>;
+    using U =
+        std::conditional_t<std::is_void_v<R>, std::invoke_result<Fn&>,
+                           std::invoke_result<Fn&, std::conditional_t<std::is_void_v<R>, int, R>&>>;
     TaskHandle<R> handle;
     Fn fn;
     std::optional<std::conditional_t<std::is_void_v<R>, bool, R>> value{};

@@ -101,9 +101,9 @@ template <class F> struct CallableTraits {
     static constexpr bool takes_nothing = std::is_invocable_v<F&>;
     static_assert(takes_context || takes_nothing,
                   "ax: a task must be callable as f(ax::TaskContext&) or f()");
-    using returned = typename std::conditional_t<takes_context,
-                                                 std::invoke_result<F&, TaskContext&>,
-                                                 std::invoke_result<F&>>::type;
+    using returned =
+        typename std::conditional_t<takes_context, std::invoke_result<F&, TaskContext&>,
+                                    std::invoke_result<F&>>::type;
     static constexpr bool coroutine = CoroutineValue<returned>::coroutine;
     using result = typename CoroutineValue<returned>::type;
 };

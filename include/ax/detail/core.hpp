@@ -57,9 +57,10 @@ namespace ax::detail {
 ///
 /// The class is declared here; its services are defined by role, one header each:
 /// admission.hpp (submit, post, replay), runner.hpp (the pool's Host: dispatch, run, helping
-/// waits), suspend.hpp (coroutine tasks leaving their worker mid-attempt), conclude.hpp (endings, retries, cancel), watchdog.hpp (timeouts, orphans),
-/// introspect.hpp (list_tasks, oldest_waiting) and tick.hpp (the maintenance thread); scheduler.hpp
-/// adds the reads and shutdown and includes them all. Scheduler owns the core through a shared_ptr.
+/// waits), suspend.hpp (coroutine tasks leaving their worker mid-attempt), conclude.hpp (endings,
+/// retries, cancel), watchdog.hpp (timeouts, orphans), introspect.hpp (list_tasks, oldest_waiting)
+/// and tick.hpp (the maintenance thread); scheduler.hpp adds the reads and shutdown and includes
+/// them all. Scheduler owns the core through a shared_ptr.
 template <SchedulerClock Clock, ControllerPolicy Controller>
 class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Clock, Controller>>,
                             public TaskHost {
