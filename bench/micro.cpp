@@ -15,7 +15,8 @@
 //     Config::latency_histograms on and off (section `hist`; the difference is printed below
 //     the table)
 //   * coroutine tasks (section `coro`, ax/coro.hpp): 1M tiny tasks posted as ax::Task
-//     coroutines (without and with a TaskContext&) against the same work as plain callables,
+//     coroutines (taking nothing, taking a TaskContext&, asking ax::this_context()) against the
+//     same work as plain callables,
 //     and coroutines that each co_await one subtask; the plain post is the reference of the
 //     "vs best peer" column there, and the notes give heap allocations per task (operator new
 //     calls in every thread over the timed window, counted by this file's replacement)
@@ -306,7 +307,7 @@ Sample e2e_ax_default(const Options& o, int producers) {
 /// the fixed pool, as a plain lambda, as an ax::Task coroutine without a context, as one taking
 /// ax::TaskContext& (whose context the scheduler keeps with the frame), and as a coroutine that
 /// co_awaits one subtask doing the hit (a suspension and a resumption per task, plus the child).
-enum class CoroShape { plain, coroutine, coroutine_ctx, awaits_child };
+enum class CoroShape { plain, coroutine, coroutine_ctx, this_context, awaits_child };
 
 Sample e2e_coro(const Options& o, CoroShape shape) {
     ax::Scheduler<> sched(fixed_config(o.workers));
@@ -334,6 +335,12 @@ Sample e2e_coro(const Options& o, CoroShape shape) {
                     if (ctx.attempt() != 0)
                         c.hit();
                     co_return;
+                });
+                break;
+            case CoroShape::this_context:
+                post([&c]() -> ax::Task<void> {
+                    if ((co_await ax::this_context()).attempt() != 0)
+                        c.hit();
                 });
                 break;
             case CoroShape::awaits_child:
@@ -883,6 +890,7 @@ int run_table(int argc, char** argv) {
             {"ax post(), plain callable (reference)", CoroShape::plain},
             {"ax post(), ax::Task coroutine", CoroShape::coroutine},
             {"ax post(), ax::Task taking TaskContext&", CoroShape::coroutine_ctx},
+            {"ax post(), ax::Task using this_context()", CoroShape::this_context},
             {"ax post(), ax::Task awaiting 1 subtask", CoroShape::awaits_child}};
         for (const auto& [name, shape] : shapes)
             cases.push_back({m,

@@ -153,6 +153,28 @@ TEST_CASE("a suspended coroutine holds no thread: one worker runs the children i
     CHECK_TASKS();
 }
 
+TEST_CASE("this_context() gives a coroutine taking nothing its context across suspensions",
+          "[coro]") {
+    ax::Scheduler<> sched(small_pool(1));
+    std::atomic<std::uint64_t> seen_id{0};
+    auto h = sched.submit([&]() -> ax::Task<int> {
+        ax::TaskContext& ctx = co_await ax::this_context();
+        seen_id = ctx.id().value;
+        const int before = static_cast<int>(ctx.attempt());
+        co_await ctx.submit([] { return 1; }).value();
+        ax::TaskContext& again = co_await ax::this_context();
+        again.heartbeat();
+        TASK_CHECK(&again == &ctx); // one home for the whole task
+        TASK_CHECK(again.id() == ctx.id() && !again.stop_requested());
+        co_return before * 10 + static_cast<int>(again.attempt());
+    });
+    REQUIRE(h);
+    const ax::TaskId id = h->id();
+    CHECK(h->get() == 11);
+    CHECK(seen_id.load() == id.value);
+    CHECK_TASKS();
+}
+
 TEST_CASE("nested ax::Task runs inline and propagates its exception", "[coro]") {
     ax::Scheduler<> sched(small_pool(2));
     auto h = sched.submit([]() -> ax::Task<int> {

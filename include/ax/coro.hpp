@@ -28,7 +28,8 @@
 /// timeout, retries, query() and cancel(). Inside it, `co_await handle` waits for another task
 /// without holding a thread, `co_await ax::when_all(handles)` for several, `co_await
 /// sched.schedule(options)` hops back into the queue with another priority or group, and
-/// `co_await other_coroutine()` runs a nested ax::Task inline.
+/// `co_await other_coroutine()` runs a nested ax::Task inline, and `co_await ax::this_context()`
+/// gives a coroutine that takes no parameter its TaskContext.
 ///
 /// How it runs: each run of the coroutine on a worker lasts until it ends or suspends. A
 /// suspension moves the task out of `running` (to `pending` while it awaits tasks, to `queued`
@@ -92,7 +93,14 @@ struct CoroDriver {
     TaskRecord* record = nullptr;
     TaskId id{};
     bool suspended = false;
+    /// The task's context for ax::this_context(): the factory's (a coroutine taking one) or
+    /// `own_context`, refreshed at each run.
+    TaskContext* context = nullptr;
+    std::optional<TaskContext> own_context{};
 };
+
+/// What ax::this_context() returns.
+struct ThisContext {};
 
 template <class R> class HandleAwaiter;
 template <class T> class TaskAwaiter;
@@ -107,6 +115,19 @@ template <class R> struct IsAxAwaitable<TaskHandle<R>> : std::true_type {};
 template <class T> struct IsAxAwaitable<Task<T>> : std::true_type {};
 template <class R> struct IsAxAwaitable<AllOf<R>> : std::true_type {};
 template <bool Try> struct IsAxAwaitable<ScheduleRequest<Try>> : std::true_type {};
+template <> struct IsAxAwaitable<ThisContext> : std::true_type {};
+
+/// `co_await ax::this_context()`: the running task's context, at once.
+struct ContextAwaiter {
+    CoroDriver* d;
+    bool await_ready() const noexcept { return true; }
+    void await_suspend(std::coroutine_handle<>) const noexcept {}
+    TaskContext& await_resume() const {
+        if (d == nullptr || d->context == nullptr)
+            throw std::logic_error("ax: this_context() outside a running coroutine task");
+        return *d->context;
+    }
+};
 
 /// The part of an ax::Task's promise that does not depend on T.
 struct PromiseBase {
@@ -149,13 +170,14 @@ struct PromiseBase {
     template <bool Try> HopAwaiter<Try> await_transform(const ScheduleRequest<Try>& s) noexcept {
         return HopAwaiter<Try>(driver, s);
     }
-    template <class A>
-    requires(!IsAxAwaitable<std::remove_cvref_t<A>>::value) A && await_transform(A&& a)
-    noexcept {
+    ContextAwaiter await_transform(ThisContext) noexcept { return ContextAwaiter{driver}; }
+    template <class A, std::enable_if_t<!IsAxAwaitable<std::remove_cvref_t<A>>::value, int> = 0>
+    A&& await_transform(A&& a) noexcept {
         static_assert(coro_false<A>,
-                      "ax::Task can co_await only ax::TaskHandle, ax::Task, ax::when_all(...) and "
-                      "Scheduler::schedule()/try_schedule(): a coroutine suspended where the "
-                      "scheduler cannot see it could be resumed on any thread");
+                      "ax::Task can co_await only ax::TaskHandle, ax::Task, ax::when_all(...), "
+                      "ax::this_context() and Scheduler::schedule()/try_schedule(): a coroutine "
+                      "suspended where the scheduler cannot see it could be resumed on any "
+                      "thread");
         return std::forward<A>(a);
     }
 };
@@ -477,6 +499,11 @@ std::exception_ptr manage_coroutine(ManagerOp op, TaskRecord& r, void* context) 
     d.record = &r;
     d.id = a.ctx->id();
     d.suspended = false;
+    if constexpr (Slot::takes_context) {
+        d.context = &*slot.context;
+    } else {
+        d.context = &d.own_context.emplace(*a.ctx);
+    }
     d.resume.resume();
     if (!a.keep()) { // not detachable, so never taken over; kept for the claim protocol
         a.abandoned = true;
@@ -614,6 +641,15 @@ inline Task<void> Promise<void>::get_return_object() noexcept {
     return Task<void>(std::coroutine_handle<Promise<void>>::from_promise(*this));
 }
 } // namespace detail
+
+/// `co_await ax::this_context()` in an ax::Task: the running task's TaskContext (ID, attempt,
+/// stop token, heartbeat, subtasks), valid until the task ends, as the context a coroutine
+/// taking TaskContext& receives. A coroutine taking nothing that asks for it costs one
+/// allocation (its frame), one taking TaskContext& two (the context's home is made before the
+/// frame exists).
+[[nodiscard]] inline detail::ThisContext this_context() noexcept {
+    return {};
+}
 
 /// `co_await ax::when_all(handles)` in an ax::Task: waits, holding no thread, until every task
 /// ended, then takes every value in order (std::vector<R>; nothing for R = void). If any failed
