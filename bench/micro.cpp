@@ -14,6 +14,12 @@
 //   * the cost of the latency histograms: 1M tiny tasks, one producer, the fixed pool with
 //     Config::latency_histograms on and off (section `hist`; the difference is printed below
 //     the table)
+//   * coroutine tasks (section `coro`, ax/coro.hpp): 1M tiny tasks posted as ax::Task
+//     coroutines (taking nothing, taking a TaskContext&, asking ax::this_context()) against the
+//     same work as plain callables,
+//     and coroutines that each co_await one subtask; the plain post is the reference of the
+//     "vs best peer" column there, and the notes give heap allocations per task (operator new
+//     calls in every thread over the timed window, counted by this file's replacement)
 // Each throughput row also reports CPU time per task and context switches per 1000 tasks
 // (getrusage over the round), which say where the time went when wall time alone is noise.
 //
@@ -21,6 +27,7 @@
 // double-buffer queue vs deque + mutex, post() with 1/2/4 producers).
 // SPDX-License-Identifier: MIT
 
+#include "ax/coro.hpp"
 #include "ax/scheduler.hpp"
 #include "naive_pool.hpp"
 
@@ -38,6 +45,7 @@
 #include <malloc.h>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <pthread.h>
 #include <sched.h>
 #include <string>
@@ -53,6 +61,65 @@
 #include <tbb/global_control.h>
 #include <tbb/task_group.h>
 #endif
+
+// ---------------------------------------------------------------------------------------------
+// Heap allocations: operator new replaced to count calls, one counter per thread (written only
+// by its thread, summed by the reader), so counting adds no shared cache line to the hot paths.
+// ---------------------------------------------------------------------------------------------
+// The replacements below pair malloc with free by design; g++ sees operator delete inlined
+// into callers and mistakes that for a mismatch.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
+namespace ax_bench_alloc {
+constexpr int slots = 256;
+struct alignas(64) Counter {
+    std::atomic<std::uint64_t> n{0};
+};
+inline Counter counters[slots];
+inline std::atomic<int> next_slot{0};
+inline thread_local int my_slot = -1;
+inline void count() noexcept {
+    if (my_slot < 0) {
+        const int s = next_slot.fetch_add(1, std::memory_order_relaxed);
+        my_slot = s < slots ? s : slots - 1; // threads past 255 share the last (never here)
+    }
+    auto& c = counters[my_slot].n;
+    c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
+inline std::uint64_t total() noexcept {
+    std::uint64_t t = 0;
+    for (const auto& c : counters)
+        t += c.n.load(std::memory_order_relaxed);
+    return t;
+}
+} // namespace ax_bench_alloc
+
+void* operator new(std::size_t n) {
+    ax_bench_alloc::count();
+    if (void* p = std::malloc(n == 0 ? 1 : n))
+        return p;
+    throw std::bad_alloc();
+}
+void* operator new(std::size_t n, std::align_val_t a) {
+    ax_bench_alloc::count();
+    const auto al = static_cast<std::size_t>(a);
+    if (void* p = std::aligned_alloc(al, (n + al - 1) / al * al))
+        return p;
+    throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept {
+    std::free(p);
+}
+void operator delete(void* p, std::size_t) noexcept {
+    std::free(p);
+}
+void operator delete(void* p, std::align_val_t) noexcept {
+    std::free(p);
+}
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept {
+    std::free(p);
+}
 
 namespace {
 
@@ -72,7 +139,8 @@ struct Options {
     int latency_samples = 2000;
     std::chrono::microseconds latency_gap{200};
     std::uint64_t queued_tasks = 100'000;
-    std::string only; // comma-separated sections: e2e, e2e2, hist, idle, post, mem (empty: all)
+    std::string
+        only; // comma-separated sections: e2e, e2e2, hist, coro, idle, post, mem (empty: all)
     std::string impl; // only cases whose implementation name contains this (empty: all)
     bool wants(const char* section) const {
         return only.empty() ||
@@ -126,6 +194,7 @@ struct Sample {
     double icsw_k = 0; // involuntary context switches per 1000 tasks
     double rq_ns = 0;  // the (first) producer's run-queue wait per task
     std::uint64_t refused = 0;
+    double allocs = 0; // operator new calls per task over the timed window (all threads)
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -174,6 +243,7 @@ template <class Submit> Sample e2e(std::uint64_t tasks, int producers, Submit&& 
         std::this_thread::yield();
     const Usage u0 = Usage::now();
     const double rq0 = runqueue_wait_ns();
+    const std::uint64_t a0 = ax_bench_alloc::total();
     const auto t0 = Clock::now();
     go.store(true, std::memory_order_release);
     submit(c, tasks - (tasks / producers) * (producers - 1), 0);
@@ -182,8 +252,10 @@ template <class Submit> Sample e2e(std::uint64_t tasks, int producers, Submit&& 
         t.join();
     c.wait();
     const auto t1 = Clock::now();
+    const std::uint64_t a1 = ax_bench_alloc::total();
     const Usage u1 = Usage::now();
     Sample s;
+    s.allocs = static_cast<double>(a1 - a0) / static_cast<double>(tasks);
     s.value = static_cast<double>(tasks) / std::chrono::duration<double>(t1 - t0).count() / 1e6;
     s.cpu_ns = (u1.cpu_s - u0.cpu_s) * 1e9 / static_cast<double>(tasks);
     s.vcsw_k = (u1.voluntary - u0.voluntary) * 1000.0 / static_cast<double>(tasks);
@@ -224,6 +296,58 @@ Sample e2e_ax_default(const Options& o, int producers) {
                 if (!r.error().retryable())
                     std::abort();
                 std::this_thread::sleep_for(r.error().retry_after);
+            }
+        }
+    });
+    s.refused = refused.load();
+    return s;
+}
+
+/// Coroutine tasks against plain callables: the same tiny work (one countdown hit) posted into
+/// the fixed pool, as a plain lambda, as an ax::Task coroutine without a context, as one taking
+/// ax::TaskContext& (whose context the scheduler keeps with the frame), and as a coroutine that
+/// co_awaits one subtask doing the hit (a suspension and a resumption per task, plus the child).
+enum class CoroShape { plain, coroutine, coroutine_ctx, this_context, awaits_child };
+
+Sample e2e_coro(const Options& o, CoroShape shape) {
+    ax::Scheduler<> sched(fixed_config(o.workers));
+    std::atomic<std::uint64_t> refused{0};
+    auto post = [&](auto&& f) {
+        while (!sched.post(f)) {
+            refused.fetch_add(1, std::memory_order_relaxed);
+            std::this_thread::yield();
+        }
+    };
+    auto s = e2e(o.tasks, 1, [&](Countdown& c, std::uint64_t n, int) {
+        for (std::uint64_t i = 0; i < n; ++i) {
+            switch (shape) {
+            case CoroShape::plain:
+                post([&c] { c.hit(); });
+                break;
+            case CoroShape::coroutine:
+                post([&c]() -> ax::Task<void> {
+                    c.hit();
+                    co_return;
+                });
+                break;
+            case CoroShape::coroutine_ctx:
+                post([&c](ax::TaskContext& ctx) -> ax::Task<void> {
+                    if (ctx.attempt() != 0)
+                        c.hit();
+                    co_return;
+                });
+                break;
+            case CoroShape::this_context:
+                post([&c]() -> ax::Task<void> {
+                    if ((co_await ax::this_context()).attempt() != 0)
+                        c.hit();
+                });
+                break;
+            case CoroShape::awaits_child:
+                post([&c](ax::TaskContext& ctx) -> ax::Task<void> {
+                    co_await ctx.submit([&c] { c.hit(); }).value();
+                });
+                break;
             }
         }
     });
@@ -472,6 +596,8 @@ struct Case {
     std::vector<Sample> samples;
     /// Idle-latency cases only: their pool for an interleaved round (idle_round), instead of run.
     std::function<IdleSide()> idle = {};
+    /// Report heap allocations per task in the notes.
+    bool allocs = false;
 };
 
 double median(std::vector<double> v) {
@@ -588,6 +714,11 @@ void print_table(const std::vector<Case>& cases, const Options& o) {
                               med(c, [](const Sample& s) { return s.value2; }));
                 notes = buf;
             }
+            if (c.allocs) {
+                std::snprintf(buf, sizeof buf, "%s%.2f allocs/task", notes.empty() ? "" : "; ",
+                              med(c, [](const Sample& s) { return s.allocs; }));
+                notes += buf;
+            }
             const double refused = med(c, [](const Sample& s) { return double(s.refused); });
             if (refused > 0) {
                 std::snprintf(buf, sizeof buf, "%s%.0f refusals obeyed", notes.empty() ? "" : "; ",
@@ -624,10 +755,11 @@ void print_table(const std::vector<Case>& cases, const Options& o) {
 }
 
 int usage(const char* argv0) {
-    std::printf("usage: %s [--reps N] [--tasks N] [--workers N] [--samples N] [--gap-us N]\n"
-                "          [--queued N] [--only e2e,e2e2,hist,idle,post,mem] [--impl SUBSTRING]\n"
-                "       %s --gbench [Google Benchmark flags]   component micro-benchmarks\n",
-                argv0, argv0);
+    std::printf(
+        "usage: %s [--reps N] [--tasks N] [--workers N] [--samples N] [--gap-us N]\n"
+        "          [--queued N] [--only e2e,e2e2,hist,coro,idle,post,mem] [--impl SUBSTRING]\n"
+        "       %s --gbench [Google Benchmark flags]   component micro-benchmarks\n",
+        argv0, argv0);
     return 2;
 }
 
@@ -751,6 +883,24 @@ int run_table(int argc, char** argv) {
                          Kind::throughput,
                          [&o] { return e2e_ax_fixed(o, 1, false); },
                          {}});
+    }
+    if (o.wants("coro")) {
+        const std::string m = "1M tiny tasks, 1 producer, coroutine tasks";
+        const std::pair<const char*, CoroShape> shapes[] = {
+            {"ax post(), plain callable (reference)", CoroShape::plain},
+            {"ax post(), ax::Task coroutine", CoroShape::coroutine},
+            {"ax post(), ax::Task taking TaskContext&", CoroShape::coroutine_ctx},
+            {"ax post(), ax::Task using this_context()", CoroShape::this_context},
+            {"ax post(), ax::Task awaiting 1 subtask", CoroShape::awaits_child}};
+        for (const auto& [name, shape] : shapes)
+            cases.push_back({m,
+                             name,
+                             shape != CoroShape::plain,
+                             Kind::throughput,
+                             [&o, shape = shape] { return e2e_coro(o, shape); },
+                             {},
+                             {},
+                             true});
     }
     if (o.wants("idle")) {
         const std::string m = "idle submit-to-start p50";

@@ -131,7 +131,8 @@ struct MetricsSnapshot {
     std::uint32_t waiting_retry = 0;
     /// Subtasks waiting in the subtask lane (not part of queue_length / queue_capacity).
     std::uint32_t subtasks_queued = 0;
-    /// when_all joins waiting for the tasks they depend on.
+    /// when_all joins waiting for the tasks they depend on, and coroutine tasks (ax::Task)
+    /// suspended in a co_await on tasks.
     std::uint32_t pending_joins = 0;
     /// Entries in the dead-letter list.
     std::uint32_t dead_letters = 0;

@@ -13,6 +13,7 @@
 #include "detail/hook_caller.hpp"
 #include "detail/introspect.hpp"
 #include "detail/runner.hpp"
+#include "detail/suspend.hpp"
 #include "detail/tick.hpp"
 #include "detail/watchdog.hpp"
 #include "errors.hpp"
@@ -282,6 +283,21 @@ class Scheduler {
     template <class R, class F>
     auto when_all(std::vector<TaskHandle<R>> handles, F&& f, const SubmitOptions& options = {}) {
         return core_->when_all(std::move(handles), std::forward<F>(f), options);
+    }
+
+    /// For a coroutine task (ax::Task, include <ax/coro.hpp>) of this scheduler:
+    /// `co_await sched.schedule(options)` moves the coroutine back into the queue with
+    /// `options.priority` and `options.group` (its other fields are ignored: the task keeps its
+    /// name, timeout and retries) and resumes it on the worker that takes it. The admission a
+    /// submit would meet applies: a refusal (backpressure, invalid options, shutdown(cancel))
+    /// throws ax::SubmitRefused carrying the SubmitError, and the coroutine stays where it was.
+    [[nodiscard]] detail::ScheduleRequest<false> schedule(const SubmitOptions& options = {}) {
+        return detail::ScheduleRequest<false>{core_.get(), options};
+    }
+    /// Like schedule(), but `co_await sched.try_schedule(options)` reports a refusal as an
+    /// Expected<TaskId> holding the SubmitError instead of throwing (the value: the task's ID).
+    [[nodiscard]] detail::ScheduleRequest<true> try_schedule(const SubmitOptions& options = {}) {
+        return detail::ScheduleRequest<true>{core_.get(), options};
     }
 
     /// Cancels a queued or retry-waiting task at once (true); asks a running one to stop and ends

@@ -29,5 +29,9 @@ set(AX_HEADER_LAYERS
     # 8: services, filed by role
     detail/admission.hpp=8 detail/conclude.hpp=8 detail/runner.hpp=8 detail/tick.hpp=8
     detail/watchdog.hpp=8 detail/introspect.hpp=8
-    # 9: the facade
-    scheduler.hpp=9)
+    # 9: services built on other services (suspend.hpp uses admission's rules)
+    detail/suspend.hpp=9
+    # 10: the facade
+    scheduler.hpp=10
+    # 11: coroutine tasks on top of the facade
+    coro.hpp=11)

@@ -31,6 +31,21 @@ inline std::atomic<std::uint64_t>& destructor_exceptions() noexcept {
     return n;
 }
 
+/// How a coroutine task (ax::Task, see ax/coro.hpp) asks to leave its worker without ending its
+/// attempt: wait (pending, in the join table) until every task in `deps` ended, or hop back
+/// into the queue with another priority and group. It lives in the coroutine's frame; the
+/// worker copies what it needs before the task can be cancelled (and the frame destroyed).
+struct Suspension {
+    enum class Kind : std::uint8_t { await, hop };
+    Kind kind = Kind::await;
+    /// await: the tasks to wait for (of this scheduler).
+    const TaskId* deps = nullptr;
+    std::uint32_t ndeps = 0;
+    /// hop: where the task goes (admission was checked by TaskHost::admit_hop).
+    Priority priority = Priority::normal;
+    std::uint16_t group = 0;
+};
+
 /// One attempt as the manager runs it. The worker's claim word holds `token` while the body runs;
 /// whoever swaps it to no_attempt first owns the attempt's ending: the worker when the body
 /// returns, or the watchdog when it takes over a timed-out attempt whose body ignores its stop.
@@ -48,6 +63,10 @@ struct Attempt {
     /// Set by the manager: the callable's destructor threw after a successful run (contained;
     /// the task still succeeded).
     std::exception_ptr destructor_error;
+    /// Set by the worker: this run resumes a suspended coroutine (same attempt).
+    bool resumed = false;
+    /// Set by a coroutine's manager: the coroutine suspended; the attempt goes on later.
+    const Suspension* suspend = nullptr;
 
     /// Publishes the claim word (seq_cst: ordered against cancel_all()'s scan), then asks the
     /// lifecycle whether shutdown(cancel) began meanwhile; true: the caller cancels the attempt.
@@ -64,15 +83,34 @@ struct Attempt {
     void restore() noexcept { claim->store(saved, std::memory_order_release); }
 };
 
+/// A coroutine task type (ax::Task<T>, ax/coro.hpp) names its value type: a callable returning
+/// one is run as a coroutine, and its handle carries T.
+template <class R, class = void> struct CoroutineValue {
+    static constexpr bool coroutine = false;
+    using type = R;
+};
+template <class R> struct CoroutineValue<R, std::void_t<typename R::ax_coroutine_value>> {
+    static constexpr bool coroutine = true;
+    using type = typename R::ax_coroutine_value;
+};
+
 /// The return type of a callable taken by submit: it may accept a TaskContext& or nothing.
+/// A callable returning ax::Task<T> is a coroutine task whose result is T.
 template <class F> struct CallableTraits {
     static constexpr bool takes_context = std::is_invocable_v<F&, TaskContext&>;
     static constexpr bool takes_nothing = std::is_invocable_v<F&>;
     static_assert(takes_context || takes_nothing,
                   "ax: a task must be callable as f(ax::TaskContext&) or f()");
-    using result = typename std::conditional_t<takes_context, std::invoke_result<F&, TaskContext&>,
-                                               std::invoke_result<F&>>::type;
+    using returned =
+        typename std::conditional_t<takes_context, std::invoke_result<F&, TaskContext&>,
+                                    std::invoke_result<F&>>::type;
+    static constexpr bool coroutine = CoroutineValue<returned>::coroutine;
+    using result = typename CoroutineValue<returned>::type;
 };
+
+/// Places a coroutine task's factory (defined in ax/coro.hpp, which a caller naming ax::Task
+/// has included).
+template <class Fn, class F> void place_coroutine(TaskRecord& r, F&& f);
 
 /// A callable the scheduler may copy to retry a timed-out attempt while the stuck body still
 /// runs on the original: copyable, and callable as const (so copying it while the body runs
@@ -262,7 +300,7 @@ std::exception_ptr manage(ManagerOp op, TaskRecord& r, void* context) {
 
 /// Constructs `f` in the record with the right manager: on the heap, copyable, when a timeout
 /// makes a takeover possible and the callable allows it; else the usual layout.
-template <class Fn, class F> void place_callable(TaskRecord& r, F&& f, bool detachable) {
+template <class Fn, class F> void place_plain(TaskRecord& r, F&& f, bool detachable) {
     if constexpr (detachable_v<Fn>) {
         if (detachable) {
             storage_emplace<Fn, false>(r, std::forward<F>(f));
@@ -275,6 +313,17 @@ template <class Fn, class F> void place_callable(TaskRecord& r, F&& f, bool deta
     storage_emplace<Fn>(r, std::forward<F>(f));
     r.manager = &manage<Fn>;
     r.content = Content::callable;
+}
+
+/// Constructs `f` in the record: a coroutine task's factory, or a plain callable.
+template <class Fn, class F> void place_callable(TaskRecord& r, F&& f, bool detachable) {
+    if constexpr (CallableTraits<Fn>::coroutine) {
+        (void)detachable; // a suspended frame cannot run twice: never taken over
+        place_coroutine<Fn>(r, std::forward<F>(f));
+        return;
+    } else {
+        place_plain<Fn>(r, std::forward<F>(f), detachable);
+    }
 }
 
 /// Admits `f` through `host` and wraps the result in a handle.

@@ -57,9 +57,10 @@ namespace ax::detail {
 ///
 /// The class is declared here; its services are defined by role, one header each:
 /// admission.hpp (submit, post, replay), runner.hpp (the pool's Host: dispatch, run, helping
-/// waits), conclude.hpp (endings, retries, cancel), watchdog.hpp (timeouts, orphans),
-/// introspect.hpp (list_tasks, oldest_waiting) and tick.hpp (the maintenance thread); scheduler.hpp
-/// adds the reads and shutdown and includes them all. Scheduler owns the core through a shared_ptr.
+/// waits), suspend.hpp (coroutine tasks leaving their worker mid-attempt), conclude.hpp (endings,
+/// retries, cancel), watchdog.hpp (timeouts, orphans), introspect.hpp (list_tasks, oldest_waiting)
+/// and tick.hpp (the maintenance thread); scheduler.hpp adds the reads and shutdown and includes
+/// them all. Scheduler owns the core through a shared_ptr.
 template <SchedulerClock Clock, ControllerPolicy Controller>
 class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Clock, Controller>>,
                             public TaskHost {
@@ -190,6 +191,8 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
     const std::shared_ptr<TaskSlab>& task_slab() noexcept override { return slab_; }
     bool help_wait(TaskRecord& r, std::uint32_t index,
                    const std::chrono::steady_clock::time_point* deadline) override;
+    // suspend.hpp
+    std::optional<SubmitError> admit_hop(const TaskRecord& r, const SubmitOptions& o) override;
 
     // ---- WorkerPool host, see PoolHost (runner.hpp) ---------------------------------------------
 
@@ -231,6 +234,10 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
         for (std::size_t k = local.res.next; k < local.res.reserved; ++k)
             prefetch_record(slab_->at(local.res.batch[k]));
     }
+
+    // suspend.hpp
+    void suspend(TaskRecord& r, std::uint32_t index, TaskId id, std::uint32_t attempt,
+                 const Suspension& how, std::int64_t start, std::int64_t end, WorkerLocal& local);
 
     // conclude.hpp
     void conclude_failure(TaskRecord& r, std::uint32_t index, TaskId id, std::uint32_t attempt,

@@ -41,12 +41,24 @@ class TaskHost {
     /// Returns whether the task is terminal (false: the deadline passed).
     virtual bool help_wait(TaskRecord& r, std::uint32_t index,
                            const std::chrono::steady_clock::time_point* deadline) = 0;
+    /// Asked by a running coroutine task (record `r`) before it hops back into the queue with
+    /// `o`'s priority and group (co_await Scheduler::schedule): the admission a submit of `o`
+    /// would meet (options, backpressure, shutdown), nullopt if the hop may go.
+    virtual std::optional<SubmitError> admit_hop(const TaskRecord& r, const SubmitOptions& o) = 0;
 
   protected:
     TaskHost() = default;
     ~TaskHost() = default;
     TaskHost(const TaskHost&) = default;
     TaskHost& operator=(const TaskHost&) = default;
+};
+
+/// What Scheduler::schedule() (Try = false) and try_schedule() (Try = true) return: a request,
+/// awaited by an ax::Task (ax/coro.hpp), to move onto a worker of `host` with `options`'
+/// priority and group. Try: a refusal is an Expected instead of an ax::SubmitRefused thrown.
+template <bool Try> struct ScheduleRequest {
+    TaskHost* host = nullptr;
+    SubmitOptions options{};
 };
 
 /// The scheduler whose worker the current thread is (null elsewhere): where a blocking wait

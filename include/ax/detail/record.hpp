@@ -49,6 +49,10 @@ inline constexpr std::uint32_t ending_bit = 1u << 12;
 /// state, or by a discard between a dead letter's listing and its terminal state, which keeps
 /// it; cleared when the slot is recycled).
 inline constexpr std::uint32_t forgotten_bit = 1u << 13;
+/// A coroutine task (ax::Task) that suspended: its next run resumes the suspended frame and is
+/// part of the same attempt (no new attempt is counted, no on_start hook). Set with the
+/// running -> pending/queued step of a suspension, cleared when the worker takes it again.
+inline constexpr std::uint32_t resumed_bit = 1u << 14;
 /// Bits that survive every non-terminal state change.
 inline constexpr std::uint32_t sticky_bits = has_waiter_bit | has_dependents_bit;
 
@@ -99,7 +103,7 @@ inline constexpr std::size_t small_buffer_size = Tuning::small_buffer_size;
 struct alignas(16) TaskRecord {
     Manager manager = nullptr;
     /// TaskState in the low byte, plus the flags above: cancel_requested_bit, has_waiter_bit,
-    /// timed_out_bit, has_dependents_bit, ending_bit and forgotten_bit.
+    /// timed_out_bit, has_dependents_bit, ending_bit, forgotten_bit and resumed_bit.
     std::atomic<std::uint32_t> state{0};
     /// Owners: the scheduler until the task leaves history, each handle, each transient pin.
     std::atomic<std::uint32_t> refs{0};

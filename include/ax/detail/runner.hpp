@@ -186,15 +186,24 @@ void SchedulerCore<Clock, Controller>::execute(std::uint32_t index, Worker& w, s
     // after that reading but taken in the same dispatch round must not start before its
     // enqueue stamp (query() promises started >= enqueued).
     start = std::max(start, r.enqueue_ns.load(std::memory_order_relaxed));
-    const std::uint32_t attempt = std::min<std::uint32_t>(r.attempts.load() + 1u, 255u);
-    r.attempts.store(static_cast<std::uint8_t>(attempt), std::memory_order_relaxed);
-    r.start_ns.store(start, std::memory_order_relaxed);
+    // A suspended coroutine taken again goes on with its attempt: no new attempt, no on_start,
+    // the attempt's start kept; its timeout counts from now (a suspension is not a stall).
+    const bool resumed = (r.state.load(std::memory_order_relaxed) & resumed_bit) != 0;
+    std::uint32_t attempt = r.attempts.load(std::memory_order_relaxed);
+    if (resumed) {
+        r.state.fetch_and(~resumed_bit, std::memory_order_relaxed);
+    } else {
+        attempt = std::min<std::uint32_t>(attempt + 1u, 255u);
+        r.attempts.store(static_cast<std::uint8_t>(attempt), std::memory_order_relaxed);
+        r.start_ns.store(start, std::memory_order_relaxed);
+    }
     r.mark_ns.store(start, std::memory_order_relaxed);
     const bool histograms = cfg_.latency_histograms;
     if (histograms) // queue wait since admission or the retry's re-queue; start is reused
         w.counters.queue_wait.add(start - r.enqueue_ns.load(std::memory_order_relaxed));
     const TaskId id = TaskId::make(index, r.generation.load(std::memory_order_relaxed));
     Attempt a;
+    a.resumed = resumed;
     a.claim = &w.current;
     a.lifecycle = &lifecycle_;
     a.token = (std::uint64_t{++w.serial} << 32) | index;
@@ -202,7 +211,7 @@ void SchedulerCore<Clock, Controller>::execute(std::uint32_t index, Worker& w, s
     a.ctx = &ctx;
     current_worker_owner = this;
     const Hooks& hooks = hooks_.hooks();
-    if (hooks.on_start)
+    if (hooks.on_start && !resumed)
         hooks_.call(hooks.on_start, HookCaller::attempt_event(r, id, attempt, start, start));
     std::exception_ptr error = r.manager(ManagerOp::run, r, &a);
     // Not before `start`: a reused end reading can be older than an enqueue stamp taken after
@@ -215,6 +224,10 @@ void SchedulerCore<Clock, Controller>::execute(std::uint32_t index, Worker& w, s
         // retry's now. Give back the group slot the body held and the pin taken for us.
         dispatcher_.release_group(r);
         slab_->release(index);
+        return;
+    }
+    if (a.suspend != nullptr) {
+        suspend(r, index, id, attempt, *a.suspend, start, end, w.local);
         return;
     }
     w.counters.add_attempt(error == nullptr, end - start);
