@@ -112,8 +112,12 @@ struct NodeOptions {
     std::chrono::milliseconds ack_delay{2};
     /// Acknowledge as soon as this many results are pending (default 128).
     std::uint32_t ack_batch = 128;
-    /// History kept for query() (default 1 h), pruned by maintenance `prune_batch` rows at a time.
+    /// History kept for query() (default 1 h): maintenance empties the history's ring slots whole
+    /// (TRUNCATE) once their newest row is this old, so rows stay between this and 8/7 of it; it
+    /// is also how long a finished task's idempotency key is remembered.
     std::chrono::milliseconds history_retention{3600 * 1000};
+    /// Expired idempotency keys forgotten per maintenance pass (default 10 000; row deletes, only
+    /// for keyed tasks). Larger catches up faster after a keyed flood at the cost of a longer pass.
     std::uint32_t prune_batch = 10000;
     /// The node running maintenance vacuums ax.tasks (`VACUUM (SKIP_LOCKED)`, on a second
     /// connection, without blocking its round trips) once the statistics show at least this many
