@@ -33,6 +33,8 @@ const HELP = `usage: bench.mjs [options]
                           ax-c1 (one connection per node, diagnostic) only when named
   --ax-bin PATH           the ax bench node program (ax rows are skipped without it)
   --ax-lease-s S          lease the ax nodes use (5)
+  --ax-base PATH          a second ax bench node program (say, a build of an earlier commit): adds the
+                          side ax-base, run alternately with ax, for before/after pairs in one run
   --out DIR               where pg.md, pg.svg and pg.json go (docs/bench; bench-results/pg with --quick)
 `;
 const argv = process.argv.slice(2);
@@ -95,6 +97,17 @@ if (axBin && fs.existsSync(axBin)) {
         cmd: (role, args) => [axBin, [role, "--batch", batch, "--lease-s", String(cfg.axLeaseS), ...extra, ...args]],
     });
     variants.push(ax("ax", "pid", "PID batch size"));
+    if (opt["ax-base"]) {
+        if (!fs.existsSync(opt["ax-base"])) {
+            console.error(`bench.mjs: --ax-base ${opt["ax-base"]} not found`);
+            process.exit(2);
+        }
+        const base = ax("ax-base", "pid", "PID batch size, base build");
+        base.label = "ax (base build)";
+        base.main = true;
+        base.cmd = (role, args) => [opt["ax-base"], [role, "--batch", "pid", "--lease-s", String(cfg.axLeaseS), ...args]];
+        variants.push(base);
+    }
     // Diagnostic, not in the default run: one connection per node (a strictly serial round trip).
     variants.push(ax("ax-c1", "pid", "PID batch size, 1 connection", ["--connections", "1"]));
     variants.push(ax("ax-b50", "50", "fixed batch 50"));
