@@ -50,12 +50,20 @@ ax::Config one_worker() {
 } // namespace
 
 TEST_CASE("list_tasks answers every state from its store, within the limit", "[introspection]") {
+    Gate gate; // before the scheduler: its draining destructor may still run the blocker
+    std::atomic<bool> entered{false};
     Sched sched{one_worker()};
-    Gate gate;
-    auto blocker = sched.submit([&] { gate.wait(); }, {.name = "blocker"});
+    auto blocker = sched.submit(
+        [&] {
+            entered.store(true);
+            gate.wait();
+        },
+        {.name = "blocker"});
     REQUIRE(blocker);
     const ax::TaskId blocker_id = blocker->id();
-    REQUIRE(eventually([&] { return sched.query(blocker_id)->state == ax::TaskState::running; }));
+    // The record turns running a moment before the worker publishes its attempt, which is
+    // where list_tasks(running) looks: wait for the callable itself.
+    REQUIRE(eventually([&] { return entered.load(); }));
 
     // running: the worker's attempt.
     const auto running = sched.list_tasks(ax::TaskState::running, 10);
@@ -180,8 +188,8 @@ TEST_CASE("terminal states list what history still holds, newest first", "[intro
 }
 
 TEST_CASE("oldest_waiting and oldest_queued_age per priority lane", "[introspection]") {
+    Gate gate; // before the scheduler: its draining destructor may still run the blocker
     Sched sched{one_worker()};
-    Gate gate;
     auto blocker = sched.submit([&] { gate.wait(); });
     REQUIRE(blocker);
     const ax::TaskId blocker_id = blocker->id();

@@ -31,16 +31,27 @@ class Gate {
         open_.notify_all();
     }
     void wait() const {
+        waiters_.fetch_add(1, std::memory_order_acq_rel);
         while (!open_.load(std::memory_order_acquire))
             open_.wait(false);
+        waiters_.fetch_sub(1, std::memory_order_acq_rel);
     }
     [[nodiscard]] bool is_open() const { return open_.load(std::memory_order_acquire); }
     /// Opens on destruction too, so a failed REQUIRE cannot leave tasks blocked forever and hang
-    /// the scheduler's draining destructor.
-    ~Gate() { open(); }
+    /// the scheduler's draining destructor; and waits for the waiters to leave wait(), since a
+    /// Gate declared after the scheduler dies while a worker may still be inside it.
+    Gate() = default;
+    Gate(const Gate&) = delete;
+    Gate& operator=(const Gate&) = delete;
+    ~Gate() {
+        open();
+        while (waiters_.load(std::memory_order_acquire) != 0)
+            std::this_thread::yield();
+    }
 
   private:
     std::atomic<bool> open_{false};
+    mutable std::atomic<int> waiters_{0};
 };
 
 /// Waits for every handle (a generous hang guard each), checks each ended in a terminal state,
