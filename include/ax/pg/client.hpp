@@ -263,10 +263,10 @@ class Client {
         if (!keyed && !delayed && options_.copy_min_tasks != 0 &&
             tasks.size() >= options_.copy_min_tasks)
             return enqueue_copy(tasks);
-        using BA = detail::BinaryArray;
-        BA kinds(BA::text_oid), payloads(BA::bytea_oid), prios(BA::int2_oid),
-            timeouts(BA::int4_oid), attempts(BA::int4_oid), delays(BA::int8_oid),
-            keys(BA::text_oid), tags(BA::text_oid);
+        namespace oid = detail::oid;
+        detail::BinaryArray kinds(oid::text), payloads(oid::bytea), prios(oid::int2),
+            timeouts(oid::int4), attempts(oid::int4), delays(oid::int8), keys(oid::text),
+            tags(oid::text);
         std::string joined;
         for (const NewTask& t : tasks) {
             kinds.add_bytes(t.kind);
@@ -290,7 +290,8 @@ class Client {
         if (!keyed)
             return enqueue_unkeyed(
                 tasks.size(), {&kinds, &payloads, &prios, &timeouts, &attempts, &delays, &tags});
-        BA* arrays[] = {&kinds, &payloads, &prios, &timeouts, &attempts, &delays, &keys, &tags};
+        detail::BinaryArray* arrays[] = {&kinds,    &payloads, &prios, &timeouts,
+                                         &attempts, &delays,   &keys,  &tags};
         const char* values[8];
         int lengths[8];
         int formats[8];
@@ -529,51 +530,24 @@ class Client {
         detail::Result r =
             connection().exec_raw(detail::reserve_ids_sql, 1, v, nullptr, nullptr, 1);
         std::vector<Enqueued> out = ids_of(r, n);
-        // The binary COPY format: signature, flags, header extension length; per row the field
-        // count and each field as length + bytes (the types' binary send formats); -1 at the end.
+        // The binary COPY format (detail::CopyWriter): per row the field count and each field
+        // as length + bytes in its type's binary send format.
         std::string& b = copy_buf_;
-        b.clear();
-        b.append("PGCOPY\n\377\r\n\0", 11);
-        put_be(b, std::uint32_t{0});
-        put_be(b, std::uint32_t{0});
+        detail::CopyWriter w(b);
         for (std::size_t i = 0; i < n; ++i) {
             const NewTask& t = tasks[i];
-            put_be(b, std::uint16_t{7});
-            put_be(b, std::uint32_t{8});
-            put_be(b, static_cast<std::uint64_t>(out[i].id));
-            put_be(b, static_cast<std::uint32_t>(t.kind.size()));
-            b.append(t.kind);
-            put_be(b, static_cast<std::uint32_t>(t.payload.size()));
-            b.append(t.payload);
-            put_be(b, std::uint32_t{2});
-            put_be(b, static_cast<std::uint16_t>(t.priority));
-            put_be(b, std::uint32_t{4});
-            put_be(b, static_cast<std::uint32_t>(t.timeout.count()));
-            put_be(b, std::uint32_t{4});
-            put_be(b, static_cast<std::uint32_t>(t.max_attempts));
-            // text[]: ndim 0 when empty; else one dimension (length, lower bound 1) of elements.
-            std::size_t bytes = 12;
-            if (!t.tags.empty()) {
-                bytes += 8;
-                for (std::string_view tag : t.tags)
-                    bytes += 4 + tag.size();
-            }
-            put_be(b, static_cast<std::uint32_t>(bytes));
-            put_be(b, std::uint32_t{t.tags.empty() ? 0u : 1u});
-            put_be(b, std::uint32_t{0});
-            put_be(b, std::uint32_t{detail::BinaryArray::text_oid});
-            if (!t.tags.empty()) {
-                put_be(b, static_cast<std::uint32_t>(t.tags.size()));
-                put_be(b, std::uint32_t{1});
-                for (std::string_view tag : t.tags) {
-                    put_be(b, static_cast<std::uint32_t>(tag.size()));
-                    b.append(tag);
-                }
-            }
+            w.row(7);
+            w.field_int(out[i].id);
+            w.field_bytes(t.kind);
+            w.field_bytes(t.payload);
+            w.field_int(static_cast<std::int16_t>(t.priority));
+            w.field_int(static_cast<std::int32_t>(t.timeout.count()));
+            w.field_int(static_cast<std::int32_t>(t.max_attempts));
+            w.field_text_array(t.tags);
         }
-        put_be(b, std::uint16_t{0xffff});
+        w.finish();
         detail::Result done = connection().copy_in(detail::enqueue_copy_sql, b);
-        const char* tuples = PQcmdTuples(done.get());
+        const std::string_view tuples = done.affected_rows();
         if (std::to_string(n) != tuples)
             throw Error("ax::pg: enqueue copied " + std::string(tuples) + " rows for " +
                         std::to_string(n) + " tasks");
@@ -586,30 +560,21 @@ class Client {
     /// The IDs of a one-row binary int8[] result, ascending (the order they were taken in, which
     /// is input order), checked to be n of them.
     static std::vector<Enqueued> ids_of(detail::Result& r, std::size_t n) {
-        // Binary int8[]: ndim, has-nulls, element OID, length, lower bound, then (len, value).
-        const std::size_t got =
-            r.rows() == 1 && !r.null(0, 0) && PQgetlength(r.get(), 0, 0) >= 20
-                ? static_cast<std::size_t>(detail::be32(PQgetvalue(r.get(), 0, 0) + 12))
-                : 0;
-        if (got != n || static_cast<std::size_t>(PQgetlength(r.get(), 0, 0)) != 20 + 12 * n)
-            throw Error("ax::pg: enqueue returned " + std::to_string(got) + " IDs for " +
-                        std::to_string(n) + " tasks");
-        const char* p = PQgetvalue(r.get(), 0, 0) + 20;
+        const auto ids =
+            r.rows() == 1 && !r.null(0, 0) ? detail::decode_int8_array(r.text(0, 0)) : std::nullopt;
+        if (!ids || ids->size() != n)
+            throw Error("ax::pg: enqueue returned " + std::to_string(ids ? ids->size() : 0) +
+                        " IDs for " + std::to_string(n) + " tasks");
         std::vector<Enqueued> out(n);
         bool ascending = true;
         for (std::size_t i = 0; i < n; ++i) {
-            out[i].id = detail::be64(p + 12 * i + 4);
+            out[i].id = (*ids)[i];
             ascending = ascending && (i == 0 || out[i].id > out[i - 1].id);
         }
         if (!ascending)
             std::sort(out.begin(), out.end(),
                       [](const Enqueued& a, const Enqueued& b) { return a.id < b.id; });
         return out;
-    }
-
-    template <class U> static void put_be(std::string& b, U v) {
-        for (int s = static_cast<int>(sizeof(U)) - 1; s >= 0; --s)
-            b.push_back(static_cast<char>((v >> (8 * s)) & 0xff));
     }
 
     detail::Connection& connection() {
