@@ -14,6 +14,7 @@
 #include <cstring>
 #include <libpq-fe.h>
 #include <memory>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -104,6 +105,9 @@ class Result {
     PGresult* r_ = nullptr;
 };
 
+/// Format of a statement's parameters or results (libpq's resultFormat / paramFormats codes).
+enum class Format : int { text = 0, binary = 1 };
+
 /// One libpq connection. Not thread-safe: each owner (a Client, a Node's driver thread) keeps
 /// its own.
 class Connection {
@@ -171,6 +175,25 @@ class Connection {
         return check(
             Result(PQexecParams(c_, sql, n, nullptr, values, lengths, formats, result_format)),
             sql);
+    }
+
+    /// Runs one statement whose parameters are all binary values (detail/wire.hpp's encodings,
+    /// types inferred by the server from the statement's casts); results in `result_format`.
+    Result exec_binary(const char* sql, std::span<const std::string_view> params,
+                       Format result_format) {
+        constexpr std::size_t max_params = 16;
+        if (params.size() > max_params)
+            throw std::invalid_argument("ax::pg: exec_binary takes at most 16 parameters");
+        const char* values[max_params];
+        int lengths[max_params];
+        int formats[max_params];
+        for (std::size_t i = 0; i < params.size(); ++i) {
+            values[i] = params[i].data();
+            lengths[i] = static_cast<int>(params[i].size());
+            formats[i] = static_cast<int>(Format::binary);
+        }
+        return exec_raw(sql, static_cast<int>(params.size()), values, lengths, formats,
+                        static_cast<int>(result_format));
     }
 
     /// Runs `sql` (a COPY ... FROM STDIN) and streams `data` to it as the copy data; returns the
