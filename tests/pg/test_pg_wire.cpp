@@ -1,9 +1,13 @@
 // ax — Adaptive eXchange Scheduler. SPDX-License-Identifier: MIT
-// ax/pg/detail/wire.hpp without a server: every encoder's bytes against hand-written
-// expectations (PostgreSQL's binary send formats: array_send, int8send, COPY BINARY), and the
-// decoder against the same bytes. Links ax::ax only: the wire layer needs no libpq.
+// ax::pg's encodings without a server: every encoder of detail/wire.hpp against hand-written
+// bytes (PostgreSQL's binary send formats: array_send, int8send, COPY BINARY) and the decoder
+// against the same bytes; the enqueue statements' parameters and COPY rows (sql/enqueue.hpp);
+// the kind/tag rules and state names of types.hpp. (That wire.hpp itself needs no libpq is
+// header_includes_pg_wire's check.)
 
 #include <ax/pg/detail/wire.hpp>
+#include <ax/pg/sql/enqueue.hpp>
+#include <ax/pg/types.hpp>
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <string>
@@ -185,4 +189,92 @@ TEST_CASE("CopyWriter: COPY BINARY header, one row, trailer", "[wire]") {
         // trailer: field count -1
         bytes({0xff, 0xff});
     CHECK(buf == want);
+}
+
+TEST_CASE("EnqueueColumns: one binary array per column, NULL keys, comma-joined tags", "[wire]") {
+    const std::vector<std::string_view> tags = {"gpu", "big"};
+    const ax::pg::NewTask tasks[] = {{.kind = "a",
+                                      .payload = "xy",
+                                      .priority = ax::Priority::low,
+                                      .timeout = std::chrono::milliseconds(5),
+                                      .max_attempts = 2,
+                                      .delay = std::chrono::milliseconds(7),
+                                      .idempotency_key = "k",
+                                      .tags = tags},
+                                     {.kind = "b"}};
+    ax::pg::sql::EnqueueColumns c;
+    c.fill(tasks);
+    const std::string head_text =
+        bytes({0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 25, 0, 0, 0, 2, 0, 0, 0, 1});
+    CHECK(c.kind.bytes() == head_text + bytes({0, 0, 0, 1, 'a', 0, 0, 0, 1, 'b'}));
+    CHECK(c.payload.bytes() == bytes({0, 0, 0, 1, 0, 0, 0, 0, 0, 0,   0,   17, 0, 0, 0,
+                                      2, 0, 0, 0, 1, 0, 0, 0, 2, 'x', 'y', 0,  0, 0, 0}));
+    CHECK(c.priority.bytes() == bytes({0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 21, 0, 0, 0, 2,
+                                       0, 0, 0, 1, 0, 0, 0, 2, 0, 2, 0, 0,  0, 2, 0, 1}));
+    CHECK(c.timeout_ms.bytes() == bytes({0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 23, 0, 0, 0, 2, 0, 0,
+                                         0, 1, 0, 0, 0, 4, 0, 0, 0, 5, 0, 0,  0, 4, 0, 0, 0, 0}));
+    CHECK(c.max_attempts.bytes() == bytes({0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 23, 0, 0, 0, 2, 0, 0,
+                                           0, 1, 0, 0, 0, 4, 0, 0, 0, 2, 0, 0,  0, 4, 0, 0, 0, 4}));
+    CHECK(c.delay_ms.bytes() ==
+          bytes({0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 20, 0, 0, 0, 2, 0, 0, 0, 1, 0, 0,
+                 0, 8, 0, 0, 0, 0, 0, 0, 0, 7, 0, 0,  0, 8, 0, 0, 0, 0, 0, 0, 0, 0}));
+    // The second task has no key: a NULL element, and the has-nulls flag set.
+    CHECK(c.idem_key.bytes() == bytes({0, 0, 0, 1, 0, 0, 0, 1, 0, 0,   0,    25,   0,    0,   0,
+                                       2, 0, 0, 0, 1, 0, 0, 0, 1, 'k', 0xff, 0xff, 0xff, 0xff}));
+    CHECK(c.tags.bytes() ==
+          head_text + bytes({0, 0, 0, 7, 'g', 'p', 'u', ',', 'b', 'i', 'g', 0, 0, 0, 0}));
+
+    // Refilled for a smaller call: nothing of the first call is left.
+    c.fill(std::span(tasks + 1, 1));
+    CHECK(c.kind.bytes() ==
+          bytes({0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 25, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 'b'}));
+    CHECK(c.idem_key.bytes() == bytes({0, 0, 0, 1, 0, 0, 0, 1, 0,    0,    0,    25,
+                                       0, 0, 0, 1, 0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff}));
+}
+
+TEST_CASE("write_copy: the COPY rows of the bulk enqueue", "[wire]") {
+    const std::vector<std::string_view> tags = {"t"};
+    const ax::pg::NewTask tasks[] = {{.kind = "k",
+                                      .payload = "p",
+                                      .priority = ax::Priority::high,
+                                      .timeout = std::chrono::milliseconds(1),
+                                      .max_attempts = 3,
+                                      .tags = tags}};
+    const ax::pg::Enqueued ids[] = {{.id = 42}};
+    std::string buf;
+    ax::pg::sql::write_copy(buf, tasks, ids);
+    const std::string want =
+        bytes({'P', 'G', 'C', 'O', 'P', 'Y', '\n', 0xff, '\r', '\n', 0, 0, 0, 0, 0, 0, 0, 0, 0}) +
+        bytes({0, 7}) +                                // id, kind, payload, priority,
+        bytes({0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 42}) + // timeout_ms, max_attempts, tags
+        bytes({0, 0, 0, 1, 'k'}) + bytes({0, 0, 0, 1, 'p'}) + bytes({0, 0, 0, 2, 0, 0}) +
+        bytes({0, 0, 0, 4, 0, 0, 0, 1}) + bytes({0, 0, 0, 4, 0, 0, 0, 3}) +
+        bytes({0,  0, 0, 25, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0,  0,
+               25, 0, 0, 0,  1, 0, 0, 0, 1, 0, 0, 0, 1, 't'}) +
+        bytes({0xff, 0xff});
+    CHECK(buf == want);
+}
+
+TEST_CASE("kind and tag rules, state names", "[wire][types]") {
+    using namespace ax::pg;
+    CHECK(valid_kind("a"));
+    CHECK(valid_kind(std::string(200, 'k')));
+    CHECK_FALSE(valid_kind(""));
+    CHECK_FALSE(valid_kind(std::string(201, 'k')));
+    CHECK(valid_tag("gpu"));
+    CHECK(valid_tag(std::string(100, 't')));
+    CHECK_FALSE(valid_tag(""));
+    CHECK_FALSE(valid_tag(std::string(101, 't')));
+    CHECK_FALSE(valid_tag("a,b"));
+    CHECK_FALSE(valid_tag("{a"));
+    CHECK_FALSE(valid_tag("a\"b"));
+    for (const TaskState s :
+         {TaskState::pending, TaskState::scheduled, TaskState::claimed, TaskState::succeeded,
+          TaskState::cancelled, TaskState::dead_lettered, TaskState::discarded})
+        CHECK(task_state_from_string(to_string(s)) == s);
+    for (const CancelResult r :
+         {CancelResult::cancelled, CancelResult::cancel_requested, CancelResult::finished,
+          CancelResult::dead_lettered, CancelResult::unknown})
+        CHECK(cancel_result_from_string(to_string(r)) == r);
+    CHECK(cancel_result_from_string("something else") == CancelResult::unknown);
 }

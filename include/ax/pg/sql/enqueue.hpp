@@ -176,6 +176,25 @@ inline std::vector<Enqueued> enqueue_unkeyed(detail::Connection& c, EnqueueColum
     return ids_of(c.exec_binary(enqueue_unkeyed_sql, params, detail::Format::binary), n);
 }
 
+/// The COPY data of enqueue_copy_sql for `tasks` with their reserved `ids` (same order), in
+/// `buf`: per row the statement's seven columns in their types' binary send formats.
+inline void write_copy(std::string& buf, std::span<const NewTask> tasks,
+                       std::span<const Enqueued> ids) {
+    detail::CopyWriter w(buf);
+    for (std::size_t i = 0; i < tasks.size(); ++i) {
+        const NewTask& t = tasks[i];
+        w.row(7);
+        w.field_int(ids[i].id);
+        w.field_bytes(t.kind);
+        w.field_bytes(t.payload);
+        w.field_int(static_cast<std::int16_t>(t.priority));
+        w.field_int(static_cast<std::int32_t>(t.timeout.count()));
+        w.field_int(static_cast<std::int32_t>(t.max_attempts));
+        w.field_text_array(t.tags);
+    }
+    w.finish();
+}
+
 /// The bulk path: reserves `tasks.size()` IDs (reserve_ids_sql), then writes the rows with one
 /// binary COPY (enqueue_copy_sql) built in `buf` (reused; a large call's buffer is released
 /// after it). A failed COPY leaves only a gap of unused IDs, as a failed INSERT does.
@@ -186,20 +205,7 @@ inline std::vector<Enqueued> enqueue_copy(detail::Connection& c, std::span<const
     const char* v[1] = {count.c_str()};
     detail::Result r = c.exec_raw(reserve_ids_sql, 1, v, nullptr, nullptr, 1);
     std::vector<Enqueued> out = ids_of(r, n);
-    // Each row: the COPY's seven columns, in their types' binary send formats.
-    detail::CopyWriter w(buf);
-    for (std::size_t i = 0; i < n; ++i) {
-        const NewTask& t = tasks[i];
-        w.row(7);
-        w.field_int(out[i].id);
-        w.field_bytes(t.kind);
-        w.field_bytes(t.payload);
-        w.field_int(static_cast<std::int16_t>(t.priority));
-        w.field_int(static_cast<std::int32_t>(t.timeout.count()));
-        w.field_int(static_cast<std::int32_t>(t.max_attempts));
-        w.field_text_array(t.tags);
-    }
-    w.finish();
+    write_copy(buf, tasks, out);
     detail::Result done = c.copy_in(enqueue_copy_sql, buf);
     const std::string_view tuples = done.affected_rows();
     if (count != tuples)
