@@ -36,6 +36,10 @@ What counts as a reference (in prose, code spans and code blocks alike):
    name an existing doc with a heading of that text (case-insensitive) or a section marker
    (tests/docs/, whose self-test holds deliberate bad citations, is not scanned).
 
+7. A snippet: a fenced code block right after `<!-- snippet: PATH -->` must be a run of
+   consecutive lines of PATH, exactly (trailing blanks aside), so an example the docs show is the
+   one that ctest compiles and runs (the README's API block is examples/quickstart.cpp).
+
 A line right after `<!-- doc-refs: ignore-next-line -->` is not checked: for deliberately
 hypothetical names (an example of a file a user would write) and for the journals' record of
 files that existed then.
@@ -68,6 +72,7 @@ TARGET_OPT_RE = re.compile(r"--target\s+([\w:.-]+)")
 NS_RE = re.compile(r"(?<![\w:])ax((?:::[A-Za-z_]\w*)+)")
 LINK_RE = re.compile(r"\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 HEADING_RE = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+SNIPPET_RE = re.compile(r"<!--\s*snippet:\s*(\S+)\s*-->")
 SECTION_RE = re.compile(r"<!--\s*section:\s*([\w.-]+)\s*-->")
 CITE_RE = re.compile(r"((?:docs/[\w/.-]+|README)\.md)(?:,|:)?\s+(?:section\s+)?\"([^\"]+)\"")
 
@@ -175,7 +180,9 @@ def check_markdown(repo: Repo, rel: str, text: str) -> list[str]:
     problems: list[str] = []
     doc_dir = os.path.dirname(rel)
     skip_next = False
-    for lineno, line in enumerate(text.splitlines(), 1):
+    lines = text.splitlines()
+    problems += check_snippets(repo, rel, lines)
+    for lineno, line in enumerate(lines, 1):
         if skip_next:
             skip_next = False
             continue
@@ -228,6 +235,30 @@ def check_markdown(repo: Repo, rel: str, text: str) -> list[str]:
                 bad(f"link '{target}': {dest} does not exist")
             elif anchor and dest.endswith(".md") and anchor not in repo.headings(dest)[0]:
                 bad(f"link '{target}': no heading or section marker '#{anchor}' in {dest}")
+    return problems
+
+
+def check_snippets(repo: Repo, rel: str, lines: list[str]) -> list[str]:
+    problems: list[str] = []
+    for i, line in enumerate(lines):
+        m = SNIPPET_RE.search(line)
+        if not m or (i > 0 and IGNORE_MARK in lines[i - 1]):
+            continue
+        src = m.group(1)
+        if src not in repo.files:
+            problems.append(f"{rel}:{i + 1}: snippet source '{src}' does not exist")
+            continue
+        if i + 1 >= len(lines) or not lines[i + 1].lstrip().startswith("```"):
+            problems.append(f"{rel}:{i + 1}: a snippet marker must stand right before a fenced code block")
+            continue
+        end = next((j for j in range(i + 2, len(lines)) if lines[j].lstrip().startswith("```")), len(lines))
+        block = [b.rstrip() for b in lines[i + 2 : end]]
+        have = [f.rstrip() for f in (repo.root / src).read_text(errors="replace").splitlines()]
+        n = len(block)
+        if not any(have[k : k + n] == block for k in range(len(have) - n + 1)):
+            first = next((b for b in block if not any(b == h for h in have)), None)
+            hint = f" (first line not in it: {first!r})" if first is not None else " (lines out of order)"
+            problems.append(f"{rel}:{i + 1}: the code block is not a run of lines of {src}{hint}")
     return problems
 
 

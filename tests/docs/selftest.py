@@ -26,6 +26,7 @@ TREE = {
     "docs/design.md": "# Design\n\n## The hot path\n\n<!-- section: quick-start -->\ntext\n",
     # A code comment citing a doc section by name.
     "include/ax/queue.hpp": '// see docs/design.md, "The hot path"\n',
+    "examples/quick.cpp": "int main() {\n    return 0;\n}\n",
 }
 
 GOOD = [
@@ -34,6 +35,7 @@ GOOD = [
     "`cmake --build --preset default --target ax_micro`, then build/default/bench/ax_micro and build/default/bench/ax_fuzz_b.",
     "Link `ax::pg`, build an `ax::Scheduler` from an `ax::Config`; `ax::detail::futex_wait`.",
     "[design](docs/design.md#the-hot-path), [start](docs/design.md#quick-start), build/bench-pg/whatever.",
+    "<!-- snippet: examples/quick.cpp -->\n```cpp\n    return 0;\n}\n```",
 ]
 BAD = [
     ("scripts/missing.sh", "Run `bash scripts/missing.sh`."),
@@ -45,6 +47,8 @@ BAD = [
     ("ax::Sheduler", "an `ax::Sheduler`"),
     ("docs/nothing.md", "[x](docs/nothing.md)"),
     ("#no-such-heading", "[x](docs/design.md#no-such-heading)"),
+    ("not a run of lines", "<!-- snippet: examples/quick.cpp -->\n```cpp\nint main() {\n    return 1;\n}\n```"),
+    ("snippet source", "<!-- snippet: examples/gone.cpp -->\n```cpp\n```"),
 ]
 
 
