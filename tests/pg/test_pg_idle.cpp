@@ -57,10 +57,14 @@ struct Db {
     }
     /// Makes every pending task look queued `ago` ago (as if enqueued before the nodes
     /// started): past Config::max_wait (5 s), the nodes' anti-starvation path is taken.
+    /// The table lock comes first: an UPDATE of every row beside running nodes takes its row
+    /// locks in scan order, the nodes' claims and acks in theirs, and PostgreSQL broke the tie
+    /// by aborting one side (a deadlock) under load.
     void back_date(std::chrono::milliseconds ago) const {
-        sql().exec(("UPDATE ax.tasks SET run_at = run_at - interval '" +
+        sql().exec(("BEGIN; LOCK TABLE ax.tasks IN SHARE ROW EXCLUSIVE MODE; "
+                    "UPDATE ax.tasks SET run_at = run_at - interval '" +
                     std::to_string(ago.count()) + " milliseconds', enqueued_at = enqueued_at - " +
-                    "interval '" + std::to_string(ago.count()) + " milliseconds'")
+                    "interval '" + std::to_string(ago.count()) + " milliseconds'; COMMIT")
                        .c_str());
     }
 };
