@@ -225,6 +225,7 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
     bool help_one(Worker& w);
     bool try_start(std::uint32_t i, WorkerLocal& local);
     void execute(std::uint32_t index, Worker& w, std::int64_t start);
+    static std::uint32_t await_timeout_hook(TaskRecord& r);
     void fill(std::int64_t now, WorkerLocal& local) {
         const bool tiny = telemetry_.tasks_are_tiny();
         dispatcher_.fill(now, tiny ? pool_.live() : 1, tiny, local.res);

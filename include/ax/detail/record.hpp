@@ -53,6 +53,10 @@ inline constexpr std::uint32_t forgotten_bit = 1u << 13;
 /// part of the same attempt (no new attempt is counted, no on_start hook). Set with the
 /// running -> pending/queued step of a suspension, cleared when the worker takes it again.
 inline constexpr std::uint32_t resumed_bit = 1u << 14;
+/// The watchdog is calling Hooks::on_timeout for the running attempt: the attempt's worker holds
+/// back its own events (exception, retry, dead letter, success) until the hook has returned, so
+/// a consumer of the event stream never sees the timeout after the task's terminal event.
+inline constexpr std::uint32_t timeout_hook_bit = 1u << 15;
 /// Bits that survive every non-terminal state change.
 inline constexpr std::uint32_t sticky_bits = has_waiter_bit | has_dependents_bit;
 
@@ -103,7 +107,8 @@ inline constexpr std::size_t small_buffer_size = Tuning::small_buffer_size;
 struct alignas(16) TaskRecord {
     Manager manager = nullptr;
     /// TaskState in the low byte, plus the flags above: cancel_requested_bit, has_waiter_bit,
-    /// timed_out_bit, has_dependents_bit, ending_bit, forgotten_bit and resumed_bit.
+    /// timed_out_bit, has_dependents_bit, ending_bit, forgotten_bit, resumed_bit and
+    /// timeout_hook_bit.
     std::atomic<std::uint32_t> state{0};
     /// Owners: the scheduler until the task leaves history, each handle, each transient pin.
     std::atomic<std::uint32_t> refs{0};

