@@ -16,6 +16,7 @@
 #include <vector>
 
 using namespace std::chrono_literals;
+using ax_test::eventually;
 
 namespace {
 
@@ -125,4 +126,107 @@ TEST_CASE("Event order: a timeout racing the attempt's end is never reported aft
         for (const auto& [id, ev] : all)
             check_causal(ev);
     }
+}
+
+TEST_CASE("Isolation: a breaker opening while other groups submit takes no room from them",
+          "[isolation][groups]") {
+    ax::Config cfg;
+    cfg.min_workers = 3;
+    cfg.max_workers = 3;
+    cfg.queue_capacity = 20; // soft limit 16
+    cfg.group_queue_capacity = 8;
+    ax::Scheduler<> sched{cfg};
+    const auto payments = sched.group("payments");
+    const auto search = sched.group("search");
+    sched.set_group_limit(payments, 1);
+    ax::BreakerOptions b;
+    b.min_attempts = 6;
+    b.failure_ratio = 0.5;
+    b.cooldown = std::chrono::hours(1); // stays open for the whole test
+    sched.set_group_breaker(payments, b);
+
+    // The failing dependency, hammered by its own producer: every attempt throws.
+    std::atomic<bool> stop{false};
+    std::atomic<std::uint32_t> worst_queued{0};
+    std::map<ax::Errc, int> codes;
+    std::vector<ax::TaskHandle<void>> pay;
+    std::thread producer([&] {
+        // Until the breaker has refused it for a while (the healthy work may be done first).
+        for (;;) {
+            auto h = sched.submit(
+                [] {
+                    std::this_thread::sleep_for(200us);
+                    throw std::runtime_error("payments down");
+                },
+                {.max_retries = 0, .group = payments});
+            if (h)
+                pay.push_back(std::move(*h));
+            else
+                ++codes[h.error().code];
+            const auto queued = sched.group_stats(payments).queued;
+            if (queued > worst_queued)
+                worst_queued = queued;
+            if (codes[ax::Errc::breaker_open] >= 200 && stop.load())
+                break;
+            std::this_thread::yield();
+        }
+    });
+    // Healthy work of another group and of none, submitted meanwhile.
+    std::atomic<int> done{0};
+    int healthy = 0;
+    int wrong_refusals = 0;
+    for (int i = 0; i < 1500 && wrong_refusals == 0; ++i) {
+        for (;;) {
+            const auto r =
+                sched.post([&] { ++done; }, {.group = i % 2 == 0 ? search : ax::GroupId{}});
+            if (r)
+                break;
+            // Backpressure of the shared queue, or "search"'s own bound of 8 queued; never the
+            // failing group's breaker.
+            if (!r.error().retryable() || r.error().code == ax::Errc::breaker_open)
+                ++wrong_refusals;
+            std::this_thread::yield();
+        }
+        ++healthy;
+    }
+    stop = true;
+    producer.join();
+    REQUIRE(wrong_refusals == 0);
+    REQUIRE(eventually([&] { return done.load() == healthy; }));
+
+    CHECK(sched.group_stats(payments).breaker == ax::BreakerState::open);
+    CHECK(codes[ax::Errc::breaker_open] >= 200);
+    CHECK(worst_queued <= 8); // the group's own bound (no retries here to exceed it)
+    CHECK(codes[ax::Errc::group_full] > 0);
+    const auto held = sched.group_stats(payments).held;
+    CHECK(held == sched.group_stats(payments).waiting);
+    // What the open breaker holds sits outside the shared queue: a burst up to the soft limit
+    // is admitted whole, however much the failing group holds.
+    CHECK(sched.metrics().queue_length_total <= 1);
+    ax_test::Gate gate;
+    std::vector<ax::TaskHandle<void>> burst;
+    for (int i = 0; i < 15; ++i) {
+        auto h = sched.submit([&] { gate.wait(); });
+        REQUIRE(h);
+        burst.push_back(std::move(*h));
+    }
+    gate.open();
+    for (auto& h : burst)
+        REQUIRE(h.wait_for(20s));
+    // Exactly one terminal state each, nothing dropped: what the breaker held is cancelled by
+    // shutdown(cancel), the rest failed or succeeded.
+    REQUIRE(sched.shutdown(ax::ShutdownMode::cancel, 20s));
+    int dead = 0, cancelled = 0;
+    for (auto& h : pay) {
+        REQUIRE(h.wait_for(20s));
+        dead += h.state() == ax::TaskState::dead_lettered ? 1 : 0;
+        cancelled += h.state() == ax::TaskState::cancelled ? 1 : 0;
+    }
+    CHECK(dead + cancelled == static_cast<int>(pay.size()));
+    CHECK(cancelled == static_cast<int>(held));
+    const auto m = sched.metrics();
+    CHECK(m.totals.submitted == pay.size() + static_cast<std::size_t>(healthy) + burst.size());
+    CHECK(m.totals.dead_lettered == static_cast<std::uint64_t>(dead));
+    CHECK(sched.group_stats(payments).held == 0);
+    CHECK(sched.group_stats(payments).queued == 0);
 }

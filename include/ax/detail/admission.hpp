@@ -99,6 +99,36 @@ SubmitError SchedulerCore<Clock, Controller>::backpressure_error(Errc code, std:
         code, len, queue_.capacity(), retry_after(backpressure_excess(len, limit)), {}};
 }
 
+/// Errc::breaker_open while group `g`'s breaker is open (retry_after: the rest of its
+/// cool-down, rounded up), Errc::group_full while it queues group_queue_capacity tasks; nullopt
+/// when it admits (having taken a group place when `reserve`). Counted with the other
+/// non-backpressure refusals: a failing group's refusals must not read as load to the controller.
+template <SchedulerClock Clock, ControllerPolicy Controller>
+std::optional<SubmitError> SchedulerCore<Clock, Controller>::group_gate(std::uint16_t g,
+                                                                        bool reserve) {
+    const std::int64_t open_until = dispatcher_.breaker_open_until(g);
+    if (open_until != 0) {
+        const std::int64_t now = now_ns();
+        if (now < open_until) {
+            totals_.refused_other.fetch_add(1, std::memory_order_relaxed);
+            return SubmitError{Errc::breaker_open,
+                               queue_.length(),
+                               queue_.capacity(),
+                               std::chrono::microseconds((open_until - now + 999) / 1000),
+                               {}};
+        }
+    }
+    const std::uint32_t cap = group_queue_capacity();
+    std::uint32_t queued = 0;
+    const bool fits = reserve ? dispatcher_.reserve(g, cap, queued)
+                              : (queued = dispatcher_.group_queued(g)) < cap;
+    if (!fits) {
+        totals_.refused_other.fetch_add(1, std::memory_order_relaxed);
+        return SubmitError{Errc::group_full, queued, cap, retry_after(queued - cap + 1), {}};
+    }
+    return std::nullopt;
+}
+
 template <SchedulerClock Clock, ControllerPolicy Controller>
 std::chrono::microseconds
 SchedulerCore<Clock, Controller>::retry_after(std::uint32_t excess) const {
@@ -140,6 +170,23 @@ SchedulerCore<Clock, Controller>::admit(const SubmitOptions& o, TaskId& id, bool
     if (!plainly_valid(o))
         if (auto why = invalid_options(o, child, o.group.value != 0 ? registry_.count() : 0))
             return refusal(Errc::invalid_options, std::move(*why));
+    // A group's own gate: fail fast behind an open breaker, and bound what the group queues
+    // (its parked tasks are not in the shared queue's count). Lock-free: atomics of the group.
+    // A plain task takes its group place now (given back if admission fails below); a join is
+    // only checked, and counted when it is released into the queue.
+    const bool group_place = o.group.value != 0 && ndeps == 0;
+    if (o.group.value != 0)
+        if (auto err = group_gate(o.group.value, group_place))
+            return err;
+    // Group place taken above, given back on every refusal from here.
+    struct GroupPlace {
+        Dispatcher* d;
+        std::uint16_t g;
+        ~GroupPlace() {
+            if (d != nullptr)
+                d->unreserve(g);
+        }
+    } place_guard{group_place ? &dispatcher_ : nullptr, o.group.value};
     if (child) {
         const std::uint32_t waiting = dispatcher_.children_queued();
         if (waiting >= cfg_.subtask_capacity) {
@@ -226,11 +273,14 @@ SchedulerCore<Clock, Controller>::admit(const SubmitOptions& o, TaskId& id, bool
         }
         return std::nullopt;
     }
+    place_guard.d = nullptr; // the place is the task's now (given back when it leaves the queue)
     r.state.store(static_cast<std::uint32_t>(TaskState::queued), std::memory_order_release);
     std::uint32_t len = 0;
     bool first = false;
     const Admission a = queue_.try_push(index, o.priority, len, &first);
     if (a != Admission::admitted) {
+        if (group_place)
+            dispatcher_.unreserve(o.group.value);
         unplace(r);
         r.state.store(0, std::memory_order_relaxed);
         r.refs.store(1, std::memory_order_relaxed);

@@ -198,7 +198,7 @@ bool SchedulerCore<Clock, Controller>::cancel_pinned(TaskRecord& r, std::uint32_
                 // (a join's handles among them).
                 r.destroy_content();
                 if (st == TaskState::queued) {
-                    dispatcher_.dequeued(r);
+                    dispatcher_.dequeued(r, s);
                 } else if (st == TaskState::waiting_retry) {
                     totals_.waiting_retry.fetch_sub(1, std::memory_order_acq_rel);
                 } else {
@@ -252,6 +252,7 @@ void SchedulerCore<Clock, Controller>::release_join(std::uint32_t j) {
             if ((r.flags & record_child) != 0) {
                 dispatcher_.push_child(j);
             } else {
+                dispatcher_.requeued(r);
                 queue_.push_unchecked(j, r.priority);
                 notifier_.notify_one();
             }

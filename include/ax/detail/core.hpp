@@ -211,6 +211,10 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
     // admission.hpp
     SubmitError refusal(Errc code, std::string why = {});
     SubmitError backpressure_error(Errc code, std::uint32_t len);
+    std::optional<SubmitError> group_gate(std::uint16_t g, bool reserve);
+    [[nodiscard]] std::uint32_t group_queue_capacity() const noexcept {
+        return cfg_.group_queue_capacity != 0 ? cfg_.group_queue_capacity : cfg_.queue_capacity;
+    }
     std::chrono::microseconds retry_after(std::uint32_t excess) const;
     template <class F>
     std::optional<SubmitError> admit_new(F&& f, const SubmitOptions& o, TaskId& id,

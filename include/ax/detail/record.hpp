@@ -57,6 +57,11 @@ inline constexpr std::uint32_t resumed_bit = 1u << 14;
 /// back its own events (exception, retry, dead letter, success) until the hook has returned, so
 /// a consumer of the event stream never sees the timeout after the task's terminal event.
 inline constexpr std::uint32_t timeout_hook_bit = 1u << 15;
+/// Held back by its group (over the limit, or the breaker open): the task was counted out of the
+/// shared queue's admission count and into its group's (GroupState::held) when it was first
+/// parked, so a group's backlog never takes room from other groups. Cleared when the task starts;
+/// whoever ends it queued (start or cancel) gives the group's count back instead of the queue's.
+inline constexpr std::uint32_t parked_bit = 1u << 16;
 /// Bits that survive every non-terminal state change.
 inline constexpr std::uint32_t sticky_bits = has_waiter_bit | has_dependents_bit;
 
@@ -107,8 +112,8 @@ inline constexpr std::size_t small_buffer_size = Tuning::small_buffer_size;
 struct alignas(16) TaskRecord {
     Manager manager = nullptr;
     /// TaskState in the low byte, plus the flags above: cancel_requested_bit, has_waiter_bit,
-    /// timed_out_bit, has_dependents_bit, ending_bit, forgotten_bit, resumed_bit and
-    /// timeout_hook_bit.
+    /// timed_out_bit, has_dependents_bit, ending_bit, forgotten_bit, resumed_bit,
+    /// timeout_hook_bit and parked_bit.
     std::atomic<std::uint32_t> state{0};
     /// Owners: the scheduler until the task leaves history, each handle, each transient pin.
     std::atomic<std::uint32_t> refs{0};

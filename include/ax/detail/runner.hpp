@@ -166,10 +166,11 @@ bool SchedulerCore<Clock, Controller>::try_start(std::uint32_t i, WorkerLocal& l
     }
     auto s = r.state.load(std::memory_order_acquire);
     while ((s & state_mask) == static_cast<std::uint32_t>(TaskState::queued)) {
-        if (r.state.compare_exchange_weak(
-                s, (s & ~state_mask) | static_cast<std::uint32_t>(TaskState::running),
-                std::memory_order_acq_rel)) {
-            dispatcher_.dequeued(r);
+        if (r.state.compare_exchange_weak(s,
+                                          (s & ~(state_mask | parked_bit)) |
+                                              static_cast<std::uint32_t>(TaskState::running),
+                                          std::memory_order_acq_rel)) {
+            dispatcher_.dequeued(r, s);
             return true;
         }
     }

@@ -146,6 +146,7 @@ void SchedulerCore<Clock, Controller>::fire_due_retries(std::int64_t now) {
             if ((r.flags & record_child) != 0) {
                 dispatcher_.push_child(i);
             } else {
+                dispatcher_.requeued(r);
                 queue_.push_unchecked(i, r.priority);
                 ++requeued;
             }
@@ -168,7 +169,7 @@ void SchedulerCore<Clock, Controller>::check_drained() {
     // the next; see docs/design.md, shutdown).
     if (joins_.pending.load(std::memory_order_acquire) != 0)
         return;
-    if (queue_.length() != 0)
+    if (queue_.length() != 0 || dispatcher_.held_total() != 0)
         return;
     if (dispatcher_.children_queued() != 0)
         return;
