@@ -10,7 +10,9 @@
 #include <chrono>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
+#include <stop_token>
 #include <string>
 #include <thread>
 #include <vector>
@@ -229,4 +231,137 @@ TEST_CASE("Isolation: a breaker opening while other groups submit takes no room 
     CHECK(m.totals.dead_lettered == static_cast<std::uint64_t>(dead));
     CHECK(sched.group_stats(payments).held == 0);
     CHECK(sched.group_stats(payments).queued == 0);
+}
+
+namespace {
+/// A scheduler with one worker and a small queue (capacity 8, soft limit 6, room mark 3) that
+/// `fill` brings to its soft limit with tasks blocked on `gate`.
+struct FullQueue {
+    ax::Config cfg = [] {
+        ax::Config c;
+        c.min_workers = 1;
+        c.max_workers = 1;
+        c.queue_capacity = 8;
+        c.scale_out_when_saturated = false;
+        return c;
+    }();
+    ax_test::Gate gate;
+    ax::Scheduler<> sched{cfg};
+    std::atomic<int> ran{0};
+    void fill() {
+        // One running (the only worker), then queued up to the soft limit.
+        REQUIRE(sched.post([this] {
+            gate.wait();
+            ++ran;
+        }));
+        REQUIRE(eventually([&] { return sched.metrics().queue_length_total == 0; }));
+        for (;;) {
+            const auto r = sched.post([this] {
+                gate.wait();
+                ++ran;
+            });
+            if (!r) {
+                REQUIRE(r.error().code == ax::Errc::busy);
+                break;
+            }
+        }
+        REQUIRE(sched.metrics().queue_length_total == 6);
+    }
+};
+} // namespace
+
+TEST_CASE("post_wait parks while the queue is full and is woken by the drain",
+          "[isolation][wait]") {
+    FullQueue q;
+    q.fill();
+    std::atomic<bool> returned{false};
+    std::optional<ax::Expected<ax::TaskId>> got;
+    std::thread producer([&] {
+        got.emplace(q.sched.post_wait([&] { ++q.ran; }));
+        returned = true;
+    });
+    // It cannot return while there is no room (a check of correctness, not of speed).
+    std::this_thread::sleep_for(30ms);
+    CHECK_FALSE(returned.load());
+    CHECK(q.sched.metrics().queue_length_total == 6);
+    q.gate.open();
+    producer.join();
+    REQUIRE(got.has_value());
+    REQUIRE(got->has_value());
+    REQUIRE(eventually([&] { return q.ran.load() == 8; }));
+    // submit_wait with room answers at once with a handle.
+    auto h = q.sched.submit_wait([] { return 5; }, {}, std::chrono::steady_clock::now() + 20s);
+    REQUIRE(h);
+    CHECK(h->get() == 5);
+}
+
+TEST_CASE("post_wait gives up at its deadline or its stop token with the backpressure error",
+          "[isolation][wait]") {
+    FullQueue q;
+    q.fill();
+    const auto t0 = std::chrono::steady_clock::now();
+    int moved_from = 0;
+    struct Probe {
+        int* moved;
+        Probe(int* m) : moved(m) {}
+        Probe(Probe&& o) noexcept : moved(o.moved) { ++*moved; }
+        void operator()() const {}
+    };
+    const auto r = q.sched.post_wait(Probe{&moved_from}, {}, t0 + 30ms);
+    REQUIRE_FALSE(r);
+    CHECK(r.error().code == ax::Errc::busy);
+    CHECK(std::chrono::steady_clock::now() - t0 >= 30ms);
+    CHECK(moved_from == 0); // refused before anything was built
+
+    std::stop_source stop;
+    std::optional<ax::Expected<ax::TaskId>> got;
+    std::thread producer([&] { got.emplace(q.sched.post_wait([] {}, {}, stop.get_token())); });
+    std::this_thread::sleep_for(10ms);
+    stop.request_stop();
+    producer.join();
+    REQUIRE(got.has_value());
+    REQUIRE_FALSE(got->has_value());
+    CHECK(got->error().code == ax::Errc::busy);
+    q.gate.open();
+}
+
+TEST_CASE("submit_wait is cancelled by shutdown", "[isolation][wait]") {
+    FullQueue q;
+    q.fill();
+    std::optional<ax::Expected<ax::TaskHandle<int>>> got;
+    std::thread producer([&] { got.emplace(q.sched.submit_wait([] { return 1; })); });
+    std::this_thread::sleep_for(10ms);
+    std::thread opener([&] {
+        std::this_thread::sleep_for(20ms);
+        q.gate.open();
+    });
+    CHECK(q.sched.shutdown(ax::ShutdownMode::cancel, 20s));
+    producer.join();
+    opener.join();
+    REQUIRE(got.has_value());
+    REQUIRE_FALSE(got->has_value());
+    CHECK(got->error().code == ax::Errc::shutting_down);
+}
+
+TEST_CASE("post_wait from several producers admits every task through a tiny queue",
+          "[isolation][wait]") {
+    ax::Config cfg;
+    cfg.min_workers = 2;
+    cfg.max_workers = 2;
+    cfg.queue_capacity = 16;
+    ax::Scheduler<> sched{cfg};
+    std::atomic<int> ran{0};
+    std::atomic<int> refused{0};
+    std::vector<std::thread> producers;
+    for (int p = 0; p < 3; ++p)
+        producers.emplace_back([&] {
+            for (int i = 0; i < 3000; ++i)
+                if (!sched.post_wait([&] { ++ran; }, {}, std::chrono::steady_clock::now() + 20s))
+                    ++refused;
+        });
+    for (auto& t : producers)
+        t.join();
+    CHECK(refused == 0);
+    REQUIRE(eventually([&] { return ran.load() == 9000; }));
+    CHECK(sched.metrics().totals.submitted == 9000);
 }

@@ -33,6 +33,7 @@
 #include <cstdio>
 #include <memory>
 #include <optional>
+#include <stop_token>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -272,6 +273,48 @@ class Scheduler {
     /// discarded. The ID still works with cancel() and query().
     template <class F> Expected<TaskId> post(F&& f, const SubmitOptions& options = {}) {
         return core_->post(std::forward<F>(f), options);
+    }
+
+    /// submit() that waits for room instead of answering queue_full / busy: the caller parks
+    /// (no sleep, no spin: a futex) and is woken by the first dequeue that brings the queue down
+    /// to half its soft limit, then tries again. Gives up with the last backpressure error once
+    /// `deadline` passes, or when `stop` is requested; answers shutting_down when shutdown
+    /// begins meanwhile (parked producers are woken). Every other refusal (invalid_options,
+    /// breaker_open, group_full, too_many_tasks) is answered at once, as submit does. `f` is
+    /// moved from only once the task is admitted. Not from inside a task of this scheduler's
+    /// pool if that task's completion is what would make room (it could wait for itself).
+    template <class F>
+    auto submit_wait(F&& f, const SubmitOptions& options,
+                     std::chrono::steady_clock::time_point deadline, std::stop_token stop = {})
+        -> Expected<TaskHandle<typename detail::CallableTraits<std::decay_t<F>>::result>> {
+        using R = typename detail::CallableTraits<std::decay_t<F>>::result;
+        static_assert(!std::is_reference_v<R>, "ax: a task may not return a reference");
+        const detail::RoomWait w{true, deadline, std::move(stop)};
+        return core_->template submit<F, R>(std::forward<F>(f), options, &w);
+    }
+    /// submit_wait() without a deadline: waits until admitted, `stop` is requested, or shutdown.
+    template <class F>
+    auto submit_wait(F&& f, const SubmitOptions& options = {}, std::stop_token stop = {})
+        -> Expected<TaskHandle<typename detail::CallableTraits<std::decay_t<F>>::result>> {
+        using R = typename detail::CallableTraits<std::decay_t<F>>::result;
+        static_assert(!std::is_reference_v<R>, "ax: a task may not return a reference");
+        const detail::RoomWait w{false, {}, std::move(stop)};
+        return core_->template submit<F, R>(std::forward<F>(f), options, &w);
+    }
+    /// post() that waits for room, as submit_wait() does.
+    template <class F>
+    Expected<TaskId> post_wait(F&& f, const SubmitOptions& options,
+                               std::chrono::steady_clock::time_point deadline,
+                               std::stop_token stop = {}) {
+        const detail::RoomWait w{true, deadline, std::move(stop)};
+        return core_->post(std::forward<F>(f), options, &w);
+    }
+    /// post_wait() without a deadline.
+    template <class F>
+    Expected<TaskId> post_wait(F&& f, const SubmitOptions& options = {},
+                               std::stop_token stop = {}) {
+        const detail::RoomWait w{false, {}, std::move(stop)};
+        return core_->post(std::forward<F>(f), options, &w);
     }
 
     /// Submits `f` to run once every task in `handles` has ended (succeeded, dead-lettered or

@@ -56,20 +56,46 @@ inline std::uint32_t backpressure_excess(std::uint32_t len, std::uint32_t limit)
 
 template <SchedulerClock Clock, ControllerPolicy Controller>
 template <class F, class R>
-Expected<TaskHandle<R>> SchedulerCore<Clock, Controller>::submit(F&& f, const SubmitOptions& o) {
+Expected<TaskHandle<R>> SchedulerCore<Clock, Controller>::submit(F&& f, const SubmitOptions& o,
+                                                                 const RoomWait* wait) {
     TaskId id;
-    if (auto err = admit_new<F>(std::forward<F>(f), o, id, /*with_handle=*/true))
+    if (auto err = admit_new<F>(std::forward<F>(f), o, id, /*with_handle=*/true, wait))
         return std::move(*err);
     return TaskHandle<R>(slab_, &slab_->at(id.index()), id);
 }
 
 template <SchedulerClock Clock, ControllerPolicy Controller>
 template <class F>
-Expected<TaskId> SchedulerCore<Clock, Controller>::post(F&& f, const SubmitOptions& o) {
+Expected<TaskId> SchedulerCore<Clock, Controller>::post(F&& f, const SubmitOptions& o,
+                                                        const RoomWait* wait) {
     TaskId id;
-    if (auto err = admit_new<F>(std::forward<F>(f), o, id, /*with_handle=*/false))
+    if (auto err = admit_new<F>(std::forward<F>(f), o, id, /*with_handle=*/false, wait))
         return std::move(*err);
     return id;
+}
+
+/// A waiting submit was refused for want of room: park until a pop brings the queue down to
+/// its room mark (DoubleBufferQueue::wait_for_room), shutdown, the stop token, or the deadline.
+/// False when the wait is over (deadline passed, stop requested): the refusal stands. The
+/// futex wait is capped (Tuning-free 20 ms) only as a safety net; the wake comes from the pop.
+template <SchedulerClock Clock, ControllerPolicy Controller>
+bool SchedulerCore<Clock, Controller>::wait_for_room(const RoomWait& w) {
+    if (w.stop.stop_requested() || !lifecycle_.accepting())
+        return false;
+    std::chrono::nanoseconds limit = std::chrono::milliseconds(20);
+    if (w.bounded) {
+        const auto now = std::chrono::steady_clock::now();
+        if (now >= w.deadline)
+            return false;
+        limit = std::min<std::chrono::nanoseconds>(limit, w.deadline - now);
+    }
+    if (w.stop.stop_possible()) {
+        std::stop_callback wake(w.stop, [this] { queue_.wake_room(); });
+        queue_.wait_for_room(limit);
+    } else {
+        queue_.wait_for_room(limit);
+    }
+    return !w.stop.stop_requested();
 }
 
 template <SchedulerClock Clock, ControllerPolicy Controller>
@@ -141,14 +167,14 @@ template <SchedulerClock Clock, ControllerPolicy Controller>
 template <class F>
 std::optional<SubmitError>
 SchedulerCore<Clock, Controller>::admit_new(F&& f, const SubmitOptions& o, TaskId& id,
-                                            bool with_handle) {
+                                            bool with_handle, const RoomWait* wait) {
     using Fn = std::decay_t<F>;
     return admit(
         o, id, with_handle,
         [&](TaskRecord& r, bool detachable) {
             place_callable<Fn>(r, std::forward<F>(f), detachable);
         },
-        [](TaskRecord&) {});
+        [](TaskRecord&) {}, false, nullptr, 0, wait);
 }
 
 /// The one admission path: checks, takes a slot, lets `place` put the callable in it
@@ -158,10 +184,9 @@ SchedulerCore<Clock, Controller>::admit_new(F&& f, const SubmitOptions& o, TaskI
 /// the slot is freed.
 template <SchedulerClock Clock, ControllerPolicy Controller>
 template <class Place, class Unplace>
-std::optional<SubmitError>
-SchedulerCore<Clock, Controller>::admit(const SubmitOptions& o, TaskId& id, bool with_handle,
-                                        Place&& place, Unplace&& unplace, bool child,
-                                        const TaskId* deps, std::size_t ndeps) {
+std::optional<SubmitError> SchedulerCore<Clock, Controller>::admit(
+    const SubmitOptions& o, TaskId& id, bool with_handle, Place&& place, Unplace&& unplace,
+    bool child, const TaskId* deps, std::size_t ndeps, const RoomWait* wait) {
     // A running parent's children are part of work already admitted: they are accepted
     // while draining, refused only once shutdown cancels or the threads are gone.
     if (!lifecycle_.open(child))
@@ -204,13 +229,21 @@ SchedulerCore<Clock, Controller>::admit(const SubmitOptions& o, TaskId& id, bool
             return n >= queue_.capacity() ||
                    (n >= queue_.soft_limit() && o.priority != Priority::high);
         };
-        std::uint32_t seen = queue_.length_upper_bound();
-        if (over(seen))
-            seen = queue_.length();
-        if (over(seen)) {
+        for (;;) {
+            std::uint32_t seen = queue_.length_upper_bound();
+            if (over(seen))
+                seen = queue_.length();
+            if (!over(seen))
+                break;
             queue_.count_rejection();
-            return backpressure_error(seen >= queue_.capacity() ? Errc::queue_full : Errc::busy,
-                                      seen);
+            // A waiting submit parks here, before anything is built: its callable is untouched
+            // until there is room.
+            if (wait == nullptr || !wait_for_room(*wait)) {
+                if (!lifecycle_.open(false))
+                    return refusal(Errc::shutting_down);
+                return backpressure_error(seen >= queue_.capacity() ? Errc::queue_full : Errc::busy,
+                                          seen);
+            }
         }
         // The whole pool asleep: its worker needs microseconds to come back from the kernel.
         // Wake it now, so that overlaps building and queueing this task (the wake after the
@@ -277,7 +310,12 @@ SchedulerCore<Clock, Controller>::admit(const SubmitOptions& o, TaskId& id, bool
     r.state.store(static_cast<std::uint32_t>(TaskState::queued), std::memory_order_release);
     std::uint32_t len = 0;
     bool first = false;
-    const Admission a = queue_.try_push(index, o.priority, len, &first);
+    Admission a = queue_.try_push(index, o.priority, len, &first);
+    // Another producer took the room between the check and the push: a waiting submit keeps
+    // its record and waits again.
+    while ((a == Admission::full || a == Admission::busy) && wait != nullptr &&
+           wait_for_room(*wait))
+        a = queue_.try_push(index, o.priority, len, &first);
     if (a != Admission::admitted) {
         if (group_place)
             dispatcher_.unreserve(o.group.value);

@@ -50,6 +50,14 @@
 
 namespace ax::detail {
 
+/// How a waiting submit (submit_wait / post_wait) waits for room: until `deadline` when
+/// `bounded`, and until `stop` is requested.
+struct RoomWait {
+    bool bounded = false;
+    std::chrono::steady_clock::time_point deadline{};
+    std::stop_token stop{};
+};
+
 /// The scheduler's composition root: it owns one of each component, wires them, and carries the
 /// services that need several of them (admission, running, concluding, the watchdog, the tick).
 /// It owns no lock and no state of its own beyond the tick thread's scratch: every lock belongs
@@ -136,8 +144,10 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
 
     // ---- the Scheduler's API (admission.hpp, conclude.hpp, scheduler.hpp) -----------------------
 
-    template <class F, class R> Expected<TaskHandle<R>> submit(F&& f, const SubmitOptions& o);
-    template <class F> Expected<TaskId> post(F&& f, const SubmitOptions& o);
+    template <class F, class R>
+    Expected<TaskHandle<R>> submit(F&& f, const SubmitOptions& o, const RoomWait* wait = nullptr);
+    template <class F>
+    Expected<TaskId> post(F&& f, const SubmitOptions& o, const RoomWait* wait = nullptr);
     template <class R, class F>
     auto when_all(std::vector<TaskHandle<R>> handles, F&& f, const SubmitOptions& o) {
         return submit_join(*this, /*child=*/false, std::move(handles), std::forward<F>(f), o);
@@ -218,11 +228,13 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
     std::chrono::microseconds retry_after(std::uint32_t excess) const;
     template <class F>
     std::optional<SubmitError> admit_new(F&& f, const SubmitOptions& o, TaskId& id,
-                                         bool with_handle);
+                                         bool with_handle, const RoomWait* wait = nullptr);
     template <class Place, class Unplace>
     std::optional<SubmitError> admit(const SubmitOptions& o, TaskId& id, bool with_handle,
                                      Place&& place, Unplace&& unplace, bool child = false,
-                                     const TaskId* deps = nullptr, std::size_t ndeps = 0);
+                                     const TaskId* deps = nullptr, std::size_t ndeps = 0,
+                                     const RoomWait* wait = nullptr);
+    bool wait_for_room(const RoomWait& w);
 
     // runner.hpp
     static std::int64_t end_of_attempt(WorkerLocal& local) noexcept;
