@@ -8,6 +8,7 @@
 #include <ax/scheduler.hpp>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -364,4 +365,99 @@ TEST_CASE("post_wait from several producers admits every task through a tiny que
     CHECK(refused == 0);
     REQUIRE(eventually([&] { return ran.load() == 9000; }));
     CHECK(sched.metrics().totals.submitted == 9000);
+}
+
+TEST_CASE("post_many admits a batch; partial takes the front that fits, all_or_nothing none",
+          "[isolation][batch]") {
+    FullQueue q; // one worker, capacity 8, soft limit 6
+    ax_test::Gate& gate = q.gate;
+    // Block the worker, leaving the queue empty.
+    REQUIRE(q.sched.post([&] { gate.wait(); }));
+    REQUIRE(eventually([&] { return q.sched.metrics().queue_length_total == 0; }));
+
+    std::atomic<int> ran{0};
+    std::vector<std::function<void()>> batch;
+    for (int i = 0; i < 10; ++i)
+        batch.emplace_back([&ran] { ++ran; });
+
+    // All or nothing: 10 do not fit under the soft limit of 6, so none is admitted or moved.
+    auto none = q.sched.post_many(batch, {}, ax::BatchPolicy::all_or_nothing);
+    CHECK(none.admitted.empty());
+    REQUIRE(none.error);
+    CHECK(none.error->code == ax::Errc::queue_full);
+    for (const auto& f : batch)
+        CHECK(static_cast<bool>(f));
+    CHECK(q.sched.metrics().queue_length_total == 0);
+
+    // Partial: the first 6 are admitted (moved from), the last 4 refused and left intact.
+    auto part = q.sched.post_many(batch);
+    REQUIRE(part.admitted.size() == 6);
+    REQUIRE(part.error);
+    CHECK(part.error->code == ax::Errc::busy);
+    CHECK(part.error->retryable());
+    for (int i = 6; i < 10; ++i)
+        CHECK(static_cast<bool>(batch[static_cast<std::size_t>(i)]));
+    CHECK(q.sched.metrics().queue_length_total == 6);
+    for (const auto id : part.admitted)
+        CHECK(q.sched.query(id)->state == ax::TaskState::queued);
+
+    // A high-priority batch may use the room up to capacity; the refused rest can be resent.
+    std::vector<std::function<void()>> rest(batch.begin() + 6, batch.end());
+    auto high = q.sched.post_many(rest, {.priority = ax::Priority::high});
+    CHECK(high.admitted.size() == 2);
+    gate.open();
+    REQUIRE(eventually([&] { return ran.load() == 8; }));
+
+    // submit_many: handles, in order; an empty batch is complete.
+    std::vector<std::function<int()>> numbered;
+    for (int i = 0; i < 5; ++i)
+        numbered.emplace_back([i] { return i * i; });
+    auto handles = q.sched.submit_many(numbered);
+    CHECK(handles.complete());
+    REQUIRE(handles.admitted.size() == 5);
+    for (int i = 0; i < 5; ++i)
+        CHECK(handles.admitted[static_cast<std::size_t>(i)].get() == i * i);
+    std::vector<std::function<void()>> empty;
+    CHECK(q.sched.post_many(empty).complete());
+    // Invalid options refuse the whole batch.
+    auto bad = q.sched.post_many(batch, {.group = ax::GroupId{9}});
+    CHECK(bad.admitted.empty());
+    CHECK(bad.error->code == ax::Errc::invalid_options);
+}
+
+TEST_CASE("post_many from racing producers: every task runs exactly once", "[isolation][batch]") {
+    ax::Config cfg;
+    cfg.min_workers = 2;
+    cfg.max_workers = 2;
+    cfg.queue_capacity = 300;
+    ax::Scheduler<> sched{cfg};
+    const auto g = sched.group("batched");
+    std::atomic<int> ran{0};
+    std::atomic<int> admitted{0};
+    std::vector<std::thread> producers;
+    for (int p = 0; p < 2; ++p)
+        producers.emplace_back([&, p] {
+            for (int round = 0; round < 60; ++round) {
+                std::vector<std::function<void()>> batch(64, [&ran] { ++ran; });
+                std::size_t from = 0;
+                while (from < batch.size()) {
+                    std::vector<std::function<void()>> part(batch.begin() + static_cast<long>(from),
+                                                            batch.end());
+                    const auto r =
+                        sched.post_many(part, {.group = p == 0 ? g : ax::GroupId{}},
+                                        round % 2 == 0 ? ax::BatchPolicy::partial
+                                                       : ax::BatchPolicy::all_or_nothing);
+                    from += r.admitted.size();
+                    admitted += static_cast<int>(r.admitted.size());
+                    if (!r.complete())
+                        std::this_thread::yield();
+                }
+            }
+        });
+    for (auto& t : producers)
+        t.join();
+    CHECK(admitted == 2 * 60 * 64);
+    REQUIRE(eventually([&] { return ran.load() == 2 * 60 * 64; }));
+    CHECK(sched.metrics().totals.submitted == 2 * 60 * 64);
+    CHECK(sched.group_stats(g).queued == 0);
 }

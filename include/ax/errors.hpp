@@ -3,12 +3,14 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <system_error>
 #include <type_traits>
 #include <utility>
 #include <variant>
+#include <vector>
 
 namespace ax {
 
@@ -174,6 +176,23 @@ template <class T> class [[nodiscard]] Expected {
                                    std::get<1>(v_).message());
     }
     std::variant<T, SubmitError> v_;
+};
+
+/// What post_many / submit_many do when the queue has room for only part of a batch.
+enum class BatchPolicy : std::uint8_t {
+    partial,        ///< Admit the longest front of the batch that fits; refuse the rest.
+    all_or_nothing, ///< Admit the whole batch or none of it.
+};
+
+/// What post_many / submit_many return: the admitted front of the batch, in order (IDs or
+/// handles), and, when not everything was admitted, why the rest was refused. The callables of
+/// the admitted front were moved from; those of the refused rest are untouched, so the caller
+/// can submit them again (nothing is dropped silently).
+template <class T> struct BatchResult {
+    std::vector<T> admitted;
+    std::optional<SubmitError> error;
+    /// True when the whole batch was admitted.
+    [[nodiscard]] bool complete() const noexcept { return !error.has_value(); }
 };
 
 } // namespace ax

@@ -33,6 +33,7 @@
 #include <cstdio>
 #include <memory>
 #include <optional>
+#include <ranges>
 #include <stop_token>
 #include <string>
 #include <string_view>
@@ -273,6 +274,33 @@ class Scheduler {
     /// discarded. The ID still works with cancel() and query().
     template <class F> Expected<TaskId> post(F&& f, const SubmitOptions& options = {}) {
         return core_->post(std::forward<F>(f), options);
+    }
+
+    /// Admits a batch of callables (a sized range: a vector, an array, a span) with the same
+    /// options through one admission: the queue's lock is taken twice per batch, not once per
+    /// task, and one worker is woken. `policy` says what happens when only part of it fits:
+    /// BatchPolicy::partial admits the longest front that fits and refuses the rest,
+    /// all_or_nothing admits all or none. The result lists the admitted front's IDs in order
+    /// and, if anything was refused, why (the same errors as post, once for the batch). Only
+    /// the admitted callables are moved from; the rest stay in `fs` for the caller to resubmit.
+    /// A batch larger than queue_capacity can never be admitted whole (partial admits a
+    /// part). Never blocks.
+    template <class Range>
+    BatchResult<TaskId> post_many(Range&& fs, const SubmitOptions& options = {},
+                                  BatchPolicy policy = BatchPolicy::partial) {
+        return core_->template admit_many<TaskId, void>(std::ranges::begin(fs),
+                                                        std::ranges::size(fs), options, policy);
+    }
+
+    /// post_many() with a handle per admitted task, as submit() gives.
+    template <class Range>
+    auto submit_many(Range&& fs, const SubmitOptions& options = {},
+                     BatchPolicy policy = BatchPolicy::partial) {
+        using Fn = std::decay_t<std::ranges::range_reference_t<Range>>;
+        using R = typename detail::CallableTraits<Fn>::result;
+        static_assert(!std::is_reference_v<R>, "ax: a task may not return a reference");
+        return core_->template admit_many<TaskHandle<R>, R>(std::ranges::begin(fs),
+                                                            std::ranges::size(fs), options, policy);
     }
 
     /// submit() that waits for room instead of answering queue_full / busy: the caller parks

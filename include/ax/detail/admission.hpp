@@ -12,6 +12,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 /// Admission: the one path by which a task enters the scheduler (submit, post, a context's
@@ -270,24 +271,7 @@ std::optional<SubmitError> SchedulerCore<Clock, Controller>::admit(
         slab_->release(index);
         throw;
     }
-    r.priority = o.priority;
-    r.attempts.store(0, std::memory_order_relaxed);
-    r.max_retries = static_cast<std::uint8_t>(
-        o.max_retries < 0 ? cfg_.retry_max : static_cast<std::uint32_t>(o.max_retries));
-    r.timeout_ms = static_cast<std::uint32_t>(o.timeout.count());
-    r.group = o.group.value;
-    if (!o.name.empty() || r.extras != nullptr) {
-        r.lock_extras();
-        r.ensure_extras().name.assign(o.name);
-        r.unlock_extras();
-    }
-    // Not a clock call per submit: derived from the TSC between readings, never early
-    // (enqueue_stamp.hpp), so query()'s `enqueued` is still not before a time taken before it.
-    r.enqueue_ns.store(enqueued, std::memory_order_relaxed);
-    r.start_ns.store(0, std::memory_order_relaxed);
-    r.finish_ns.store(0, std::memory_order_relaxed);
-    r.mark_ns.store(0, std::memory_order_relaxed);
-    r.refs.store(with_handle ? 2 : 1, std::memory_order_relaxed);
+    fill_record(r, o, enqueued, with_handle);
     id = TaskId::make(index, r.generation.load(std::memory_order_relaxed));
 
     if (child || ndeps != 0) {
@@ -336,6 +320,161 @@ std::optional<SubmitError> SchedulerCore<Clock, Controller>::admit(
     if (first || !telemetry_.tasks_are_tiny())
         notifier_.notify_one();
     return std::nullopt;
+}
+
+/// The fields of a fresh record from its options (its callable is placed already).
+template <SchedulerClock Clock, ControllerPolicy Controller>
+void SchedulerCore<Clock, Controller>::fill_record(TaskRecord& r, const SubmitOptions& o,
+                                                   std::int64_t enqueued, bool with_handle) {
+    r.priority = o.priority;
+    r.attempts.store(0, std::memory_order_relaxed);
+    r.max_retries = static_cast<std::uint8_t>(
+        o.max_retries < 0 ? cfg_.retry_max : static_cast<std::uint32_t>(o.max_retries));
+    r.timeout_ms = static_cast<std::uint32_t>(o.timeout.count());
+    r.group = o.group.value;
+    if (!o.name.empty() || r.extras != nullptr) {
+        r.lock_extras();
+        r.ensure_extras().name.assign(o.name);
+        r.unlock_extras();
+    }
+    // Not a clock call per submit: derived from the TSC between readings, never early
+    // (enqueue_stamp.hpp), so query()'s `enqueued` is still not before a time taken before it.
+    r.enqueue_ns.store(enqueued, std::memory_order_relaxed);
+    r.start_ns.store(0, std::memory_order_relaxed);
+    r.finish_ns.store(0, std::memory_order_relaxed);
+    r.mark_ns.store(0, std::memory_order_relaxed);
+    r.refs.store(with_handle ? 2 : 1, std::memory_order_relaxed);
+}
+
+/// A batch through one admission: the checks once, the queue's places taken for the whole
+/// batch under one lock (DoubleBufferQueue::try_reserve), the records built outside it, and
+/// the chain appended under the lock again; one wake for the batch. `T` is TaskId (post_many)
+/// or TaskHandle<R> (submit_many). If moving a callable into its record throws, the tasks
+/// before it stay admitted and the exception propagates.
+template <SchedulerClock Clock, ControllerPolicy Controller>
+template <class T, class R, class It>
+BatchResult<T> SchedulerCore<Clock, Controller>::admit_many(It first, std::size_t n,
+                                                            const SubmitOptions& o,
+                                                            BatchPolicy policy) {
+    BatchResult<T> out;
+    if (n == 0)
+        return out;
+    const bool all = policy == BatchPolicy::all_or_nothing;
+    if (!lifecycle_.open(false)) {
+        out.error = refusal(Errc::shutting_down);
+        return out;
+    }
+    if (!plainly_valid(o))
+        if (auto why = invalid_options(o, false, o.group.value != 0 ? registry_.count() : 0)) {
+            out.error = refusal(Errc::invalid_options, std::move(*why));
+            return out;
+        }
+    std::uint32_t want = static_cast<std::uint32_t>(
+        std::min<std::size_t>(n, std::min<std::uint32_t>(queue_.capacity(), 1u << 16)));
+    std::optional<SubmitError> why_short; // the refusal that cut the batch short
+    if (want < n && all) {
+        queue_.count_rejection();
+        out.error = backpressure_error(Errc::queue_full, queue_.length());
+        return out;
+    }
+    // The group's places, one atomic add each, up to its bound.
+    std::uint32_t group_places = 0;
+    if (o.group.value != 0) {
+        if (auto err = group_gate(o.group.value, /*reserve=*/false)) {
+            out.error = std::move(err);
+            return out;
+        }
+        std::uint32_t q = 0;
+        while (group_places < want && dispatcher_.reserve(o.group.value, group_queue_capacity(), q))
+            ++group_places;
+        if (group_places < want) {
+            const std::uint32_t cap = group_queue_capacity();
+            why_short = SubmitError{Errc::group_full, q, cap, retry_after(q - cap + 1), {}};
+            if (all || group_places == 0) {
+                for (std::uint32_t k = 0; k < group_places; ++k)
+                    dispatcher_.unreserve(o.group.value);
+                totals_.refused_other.fetch_add(1, std::memory_order_relaxed);
+                out.error = std::move(why_short);
+                return out;
+            }
+            want = group_places;
+        }
+    }
+    const auto give_back_group = [&](std::uint32_t k) {
+        for (std::uint32_t j = 0; j < k && o.group.value != 0; ++j)
+            dispatcher_.unreserve(o.group.value);
+    };
+    std::uint32_t len = 0;
+    Admission why = Admission::admitted;
+    const std::uint32_t places = queue_.try_reserve(want, o.priority, all, len, why);
+    if (places == 0) {
+        give_back_group(group_places);
+        if (why == Admission::closed) {
+            totals_.refused_other.fetch_add(1, std::memory_order_relaxed);
+            out.error = SubmitError{Errc::shutting_down, len, queue_.capacity(), {}, {}};
+        } else {
+            out.error =
+                backpressure_error(why == Admission::full ? Errc::queue_full : Errc::busy, len);
+        }
+        return out;
+    }
+    if (places < want) {
+        give_back_group(group_places - places);
+        why_short = backpressure_error(
+            len + places >= queue_.capacity() ? Errc::queue_full : Errc::busy, len + places);
+    } else if (want < n && !why_short) {
+        why_short = backpressure_error(Errc::queue_full, len + places);
+    }
+    notifier_.prewake(pool_.live());
+    out.admitted.reserve(places);
+    const std::int64_t enqueued = enqueue_stamp_ns<Clock>();
+    SlabLinks links{slab_.get()};
+    TaskQueue::Chain chain;
+    std::uint32_t built = 0;
+    std::exception_ptr thrown;
+    for (; built < places; ++built, ++first) {
+        const std::uint32_t index = slab_->acquire();
+        if (index == TaskSlab::no_slot) {
+            totals_.refused_other.fetch_add(1, std::memory_order_relaxed);
+            why_short = SubmitError{Errc::too_many_tasks, len, queue_.capacity(), {}, {}};
+            break;
+        }
+        TaskRecord& r = slab_->at(index);
+        r.flags = 0;
+        try {
+            using Fn = std::decay_t<decltype(*first)>;
+            place_callable<Fn>(r, std::move(*first), o.timeout.count() > 0);
+        } catch (...) {
+            r.refs.store(1, std::memory_order_relaxed);
+            slab_->release(index);
+            thrown = std::current_exception();
+            break;
+        }
+        fill_record(r, o, enqueued, !std::is_same_v<T, TaskId>);
+        r.state.store(static_cast<std::uint32_t>(TaskState::queued), std::memory_order_release);
+        chain.push_back(links, index);
+        const TaskId id = TaskId::make(index, r.generation.load(std::memory_order_relaxed));
+        if constexpr (std::is_same_v<T, TaskId>)
+            out.admitted.push_back(id);
+        else
+            out.admitted.push_back(T(slab_, &r, id));
+    }
+    if (built < places) {
+        queue_.unreserve(places - built, o.priority);
+        give_back_group(places - built);
+    }
+    const bool first_push = queue_.append_reserved(chain, o.priority);
+    if (built != 0) {
+        if (first_push || !telemetry_.tasks_are_tiny())
+            notifier_.notify_one();
+        if (built > 1 && !telemetry_.tasks_are_tiny())
+            notifier_.notify_all();
+    }
+    if (thrown)
+        std::rethrow_exception(thrown);
+    if (built < n)
+        out.error = std::move(why_short);
+    return out;
 }
 
 /// Moves a dead letter's callable into a fresh task through admit() (so backpressure applies);

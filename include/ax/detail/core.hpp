@@ -152,6 +152,9 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
     auto when_all(std::vector<TaskHandle<R>> handles, F&& f, const SubmitOptions& o) {
         return submit_join(*this, /*child=*/false, std::move(handles), std::forward<F>(f), o);
     }
+    /// post_many / submit_many (admission.hpp): `R` void-like tag for IDs, else handles.
+    template <class T, class R, class It>
+    BatchResult<T> admit_many(It first, std::size_t n, const SubmitOptions& o, BatchPolicy policy);
     bool cancel(TaskId id);
     /// nullopt for an unknown ID and for a task the scheduler forgot (out of history, or its
     /// dead letter discarded), even while a handle still holds its record.
@@ -235,6 +238,8 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
                                      const TaskId* deps = nullptr, std::size_t ndeps = 0,
                                      const RoomWait* wait = nullptr);
     bool wait_for_room(const RoomWait& w);
+    void fill_record(TaskRecord& r, const SubmitOptions& o, std::int64_t enqueued,
+                     bool with_handle);
 
     // runner.hpp
     static std::int64_t end_of_attempt(WorkerLocal& local) noexcept;
