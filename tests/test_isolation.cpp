@@ -461,3 +461,64 @@ TEST_CASE("post_many from racing producers: every task runs exactly once", "[iso
     CHECK(sched.metrics().totals.submitted == 2 * 60 * 64);
     CHECK(sched.group_stats(g).queued == 0);
 }
+
+TEST_CASE("A delayed task is scheduled without a worker, queried, cancelled, then runs when due",
+          "[isolation][delay]") {
+    using Sched = ax::Scheduler<ax::ManualClock>;
+    ax::Config cfg;
+    cfg.min_workers = 1;
+    cfg.max_workers = 1;
+    cfg.queue_capacity = 2;
+    Sched sched{cfg};
+    std::atomic<int> ran{0};
+    auto later = sched.submit([&] { return ++ran; }, {.name = "later", .delay = 2s});
+    REQUIRE(later);
+    auto cancelled = sched.submit([&] { return ++ran; }, {.delay = 1s});
+    REQUIRE(cancelled);
+    // Scheduled, holding no queue place: the queue (capacity 2) still takes two tasks.
+    const auto info = sched.query(later->id());
+    REQUIRE(info);
+    CHECK(info->state == ax::TaskState::scheduled);
+    CHECK(info->retry_due - info->enqueued >= 2s);
+    CHECK(sched.metrics().scheduled == 2);
+    CHECK(sched.metrics().queue_length_total == 0);
+    const auto listed = sched.list_tasks(ax::TaskState::scheduled, 10);
+    CHECK(listed.size() == 2);
+    // Cancelled while scheduled: ends at once, never runs.
+    CHECK(sched.cancel(cancelled->id()));
+    CHECK(cancelled->state() == ax::TaskState::cancelled);
+    CHECK(sched.metrics().scheduled == 1);
+    // Not due yet: the tick leaves it alone.
+    std::this_thread::sleep_for(30ms);
+    CHECK(ran == 0);
+    CHECK(later->state() == ax::TaskState::scheduled);
+    ax::ManualClock::advance(2100ms);
+    REQUIRE(later->wait_for(20s));
+    CHECK(later->get() == 1);
+    CHECK(ran == 1);
+    CHECK(sched.metrics().scheduled == 0);
+    // Bad delays are refused with the field named.
+    const auto bad = sched.post([] {}, {.delay = -1ms});
+    REQUIRE_FALSE(bad);
+    CHECK(bad.error().code == ax::Errc::invalid_options);
+    CHECK(bad.error().detail.find("delay") != std::string::npos);
+    std::vector<std::function<void()>> batch(2, [] {});
+    CHECK(sched.post_many(batch, {.delay = 1s}).error->code == ax::Errc::invalid_options);
+}
+
+TEST_CASE("run_at on the real clock; shutdown(cancel) ends scheduled tasks", "[isolation][delay]") {
+    ax::Scheduler<> sched;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto soon =
+        sched.submit([] { return std::chrono::steady_clock::now(); }, {.run_at = t0 + 30ms});
+    auto past = sched.submit([] { return 7; }, {.run_at = t0 - 1s}); // a time past: now
+    auto far = sched.submit([] { return 0; }, {.delay = std::chrono::hours(1)});
+    REQUIRE(soon);
+    REQUIRE(past);
+    REQUIRE(far);
+    CHECK(past->get() == 7);
+    CHECK(soon->get() >= t0 + 30ms);
+    CHECK(far->state() == ax::TaskState::scheduled);
+    REQUIRE(sched.shutdown(ax::ShutdownMode::cancel, 20s));
+    CHECK(far->state() == ax::TaskState::cancelled);
+}

@@ -57,6 +57,7 @@ MetricsSnapshot SchedulerCore<Clock, Controller>::metrics() {
     m.queue_length_total = m.queue_length[0] + m.queue_length[1] + m.queue_length[2];
     m.queue_capacity = queue_.capacity();
     m.waiting_retry = totals_.waiting_retry.load(std::memory_order_acquire);
+    m.scheduled = totals_.scheduled.load(std::memory_order_acquire);
     m.workers = pool_.stats();
     const auto qc = queue_.counters();
     m.totals.submitted = qc.incoming + totals_.admitted_other.load(std::memory_order_relaxed);
@@ -391,7 +392,7 @@ class Scheduler {
     ///   to start, are not seen);
     /// - running: the attempts the workers run now (a task whose worker is helping inside its
     ///   wait is listed as the nested task the worker runs);
-    /// - waiting_retry: the retry timers; pending: the join table;
+    /// - waiting_retry and scheduled: the retry timers; pending: the join table;
     /// - succeeded, dead_lettered, cancelled: the bounded history (Config::history_capacity),
     ///   newest first; a task that left it (query() answers nullopt) is not listed. Cancelled
     ///   tasks not yet taken from where they waited (a lane, the retry timers, the join table)

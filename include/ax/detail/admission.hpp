@@ -6,6 +6,7 @@
 #include "core.hpp"
 #include "enqueue_stamp.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <exception>
@@ -32,6 +33,15 @@ inline std::optional<std::string> invalid_options(const SubmitOptions& o, bool c
         return "timeout = " + std::to_string(o.timeout.count()) + " ms exceeds 49 days";
     if (o.max_retries < -1 || o.max_retries > 100)
         return "max_retries = " + std::to_string(o.max_retries) + " must be -1 (default) or 0..100";
+    if (o.delay.count() < 0)
+        return "delay = " + std::to_string(o.delay.count()) + " ns is negative";
+    if (o.delay > std::chrono::hours(24 * 366))
+        return "delay = " + std::to_string(o.delay.count()) + " ns exceeds a year";
+    if (o.run_at != std::chrono::steady_clock::time_point{} &&
+        o.run_at > std::chrono::steady_clock::now() + std::chrono::hours(24 * 366))
+        return std::string("run_at is more than a year away");
+    if (child && (o.delay.count() != 0 || o.run_at != std::chrono::steady_clock::time_point{}))
+        return std::string("delay / run_at: subtasks start at once");
     if (child && o.group.value != 0)
         return std::string("group: subtasks take no group (a parent holding its group's slot "
                            "while waiting for children of that group could never finish)");
@@ -46,7 +56,23 @@ inline std::optional<std::string> invalid_options(const SubmitOptions& o, bool c
 inline bool plainly_valid(const SubmitOptions& o) noexcept {
     return static_cast<std::uint8_t>(o.priority) < priority_count && o.timeout.count() >= 0 &&
            o.timeout.count() <= std::int64_t{UINT32_MAX} && o.max_retries >= -1 &&
-           o.max_retries <= 100 && o.group.value == 0;
+           o.max_retries <= 100 && o.group.value == 0 && o.delay.count() == 0 &&
+           o.run_at == std::chrono::steady_clock::time_point{};
+}
+
+/// Whether `o` asks for a later start (delay or run_at).
+inline bool delayed(const SubmitOptions& o) noexcept {
+    return o.delay.count() != 0 || o.run_at != std::chrono::steady_clock::time_point{};
+}
+
+/// The start time on the scheduler's clock of a task admitted at `now` with `o` (delayed()).
+inline std::int64_t due_ns(const SubmitOptions& o, std::int64_t now) noexcept {
+    std::int64_t wait = o.delay.count();
+    if (o.run_at != std::chrono::steady_clock::time_point{})
+        wait = std::max<std::int64_t>(wait, std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                o.run_at - std::chrono::steady_clock::now())
+                                                .count());
+    return now + std::max<std::int64_t>(wait, 0);
 }
 
 /// The `excess` of a backpressure refusal: how many tasks must drain before a submit that saw
@@ -200,7 +226,10 @@ std::optional<SubmitError> SchedulerCore<Clock, Controller>::admit(
     // (its parked tasks are not in the shared queue's count). Lock-free: atomics of the group.
     // A plain task takes its group place now (given back if admission fails below); a join is
     // only checked, and counted when it is released into the queue.
-    const bool group_place = o.group.value != 0 && ndeps == 0;
+    const bool later = delayed(o);
+    if (later && ndeps != 0)
+        return refusal(Errc::invalid_options, "delay / run_at: a join starts when its tasks end");
+    const bool group_place = o.group.value != 0 && ndeps == 0 && !later;
     if (o.group.value != 0)
         if (auto err = group_gate(o.group.value, group_place))
             return err;
@@ -213,7 +242,9 @@ std::optional<SubmitError> SchedulerCore<Clock, Controller>::admit(
                 d->unreserve(g);
         }
     } place_guard{group_place ? &dispatcher_ : nullptr, o.group.value};
-    if (child) {
+    if (later) {
+        // Scheduled: no queue place is taken now; it enters the queue unchecked when due.
+    } else if (child) {
         const std::uint32_t waiting = dispatcher_.children_queued();
         if (waiting >= cfg_.subtask_capacity) {
             queue_.count_rejection();
@@ -274,6 +305,16 @@ std::optional<SubmitError> SchedulerCore<Clock, Controller>::admit(
     fill_record(r, o, enqueued, with_handle);
     id = TaskId::make(index, r.generation.load(std::memory_order_relaxed));
 
+    if (later) {
+        totals_.admitted_other.fetch_add(1, std::memory_order_relaxed);
+        const std::int64_t due = due_ns(o, now_ns());
+        r.mark_ns.store(due, std::memory_order_relaxed);
+        // Counted before the state says scheduled (see conclude_failure's waiting_retry).
+        totals_.scheduled.fetch_add(1, std::memory_order_acq_rel);
+        r.state.store(static_cast<std::uint32_t>(TaskState::scheduled), std::memory_order_release);
+        timers_.add(due, index);
+        return std::nullopt;
+    }
     if (child || ndeps != 0) {
         totals_.admitted_other.fetch_add(1, std::memory_order_relaxed);
         if (child)
@@ -369,6 +410,11 @@ BatchResult<T> SchedulerCore<Clock, Controller>::admit_many(It first, std::size_
             out.error = refusal(Errc::invalid_options, std::move(*why));
             return out;
         }
+    if (delayed(o)) {
+        out.error = refusal(Errc::invalid_options,
+                            "delay / run_at: post_many queues at once; submit delayed tasks alone");
+        return out;
+    }
     std::uint32_t want = static_cast<std::uint32_t>(
         std::min<std::size_t>(n, std::min<std::uint32_t>(queue_.capacity(), 1u << 16)));
     std::optional<SubmitError> why_short; // the refusal that cut the batch short

@@ -186,7 +186,8 @@ bool SchedulerCore<Clock, Controller>::cancel_pinned(TaskRecord& r, std::uint32_
     auto s = r.state.load(std::memory_order_acquire);
     for (;;) {
         const auto st = static_cast<TaskState>(s & state_mask);
-        if (st == TaskState::queued || st == TaskState::waiting_retry || st == TaskState::pending) {
+        if (st == TaskState::queued || st == TaskState::waiting_retry || st == TaskState::pending ||
+            st == TaskState::scheduled) {
             r.finish_ns.store(now_ns(), std::memory_order_relaxed);
             totals_.count_terminal(TaskState::cancelled, 1);
             if (!r.state.compare_exchange_weak(
@@ -201,6 +202,8 @@ bool SchedulerCore<Clock, Controller>::cancel_pinned(TaskRecord& r, std::uint32_
                     dispatcher_.dequeued(r, s);
                 } else if (st == TaskState::waiting_retry) {
                     totals_.waiting_retry.fetch_sub(1, std::memory_order_acq_rel);
+                } else if (st == TaskState::scheduled) {
+                    totals_.scheduled.fetch_sub(1, std::memory_order_acq_rel);
                 } else {
                     joins_.pending.fetch_sub(1, std::memory_order_acq_rel);
                 }

@@ -306,7 +306,7 @@ template <class Clock> TaskInfo<Clock> make_task_info(TaskRecord& r, TaskId id) 
     info.enqueued = to_time_point<Clock>(r.enqueue_ns.load(std::memory_order_relaxed));
     info.started = to_time_point<Clock>(r.start_ns.load(std::memory_order_relaxed));
     info.finished = to_time_point<Clock>(r.finish_ns.load(std::memory_order_relaxed));
-    if (info.state == TaskState::waiting_retry)
+    if (info.state == TaskState::waiting_retry || info.state == TaskState::scheduled)
         info.retry_due = to_time_point<Clock>(r.mark_ns.load(std::memory_order_relaxed));
     r.lock_extras();
     if (r.extras != nullptr) {

@@ -132,7 +132,9 @@ void SchedulerCore<Clock, Controller>::fire_due_retries(std::int64_t now) {
         TaskRecord& r = slab_->at(i);
         auto s = r.state.load(std::memory_order_acquire);
         bool back = false;
-        while ((s & state_mask) == static_cast<std::uint32_t>(TaskState::waiting_retry)) {
+        const auto waited = static_cast<TaskState>(s & state_mask);
+        while ((s & state_mask) == static_cast<std::uint32_t>(TaskState::waiting_retry) ||
+               (s & state_mask) == static_cast<std::uint32_t>(TaskState::scheduled)) {
             if (r.state.compare_exchange_weak(
                     s, (s & ~state_mask) | static_cast<std::uint32_t>(TaskState::queued),
                     std::memory_order_acq_rel)) {
@@ -141,7 +143,8 @@ void SchedulerCore<Clock, Controller>::fire_due_retries(std::int64_t now) {
             }
         }
         if (back) {
-            totals_.waiting_retry.fetch_sub(1, std::memory_order_acq_rel);
+            (waited == TaskState::scheduled ? totals_.scheduled : totals_.waiting_retry)
+                .fetch_sub(1, std::memory_order_acq_rel);
             r.enqueue_ns.store(now, std::memory_order_relaxed);
             if ((r.flags & record_child) != 0) {
                 dispatcher_.push_child(i);
@@ -175,7 +178,8 @@ void SchedulerCore<Clock, Controller>::check_drained() {
         return;
     if (pool_.in_flight() != 0)
         return;
-    if (totals_.waiting_retry.load(std::memory_order_acquire) != 0)
+    if (totals_.waiting_retry.load(std::memory_order_acquire) != 0 ||
+        totals_.scheduled.load(std::memory_order_acquire) != 0)
         return;
     lifecycle_.mark_drained();
 }
