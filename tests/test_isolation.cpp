@@ -200,7 +200,6 @@ TEST_CASE("Isolation: a breaker opening while other groups submit takes no room 
     CHECK(sched.group_stats(payments).breaker == ax::BreakerState::open);
     CHECK(codes[ax::Errc::breaker_open] >= 200);
     CHECK(worst_queued <= 8); // the group's own bound (no retries here to exceed it)
-    CHECK(codes[ax::Errc::group_full] > 0);
     const auto held = sched.group_stats(payments).held;
     CHECK(held == sched.group_stats(payments).waiting);
     // What the open breaker holds sits outside the shared queue: a burst up to the soft limit
@@ -521,4 +520,48 @@ TEST_CASE("run_at on the real clock; shutdown(cancel) ends scheduled tasks", "[i
     CHECK(far->state() == ax::TaskState::scheduled);
     REQUIRE(sched.shutdown(ax::ShutdownMode::cancel, 20s));
     CHECK(far->state() == ax::TaskState::cancelled);
+}
+
+TEST_CASE("A group queues at most group_queue_capacity tasks; other work is admitted",
+          "[isolation][groups]") {
+    ax::Config cfg;
+    cfg.min_workers = 2;
+    cfg.max_workers = 2;
+    cfg.group_queue_capacity = 3;
+    ax::Scheduler<> sched{cfg};
+    const auto g = sched.group("slow");
+    sched.set_group_limit(g, 1);
+    ax_test::Gate gate;
+    std::vector<ax::TaskHandle<void>> hs;
+    hs.push_back(std::move(*sched.submit([&] { gate.wait(); }, {.group = g})));
+    REQUIRE(eventually([&] { return sched.group_stats(g).active == 1; }));
+    for (int i = 0; i < 3; ++i) {
+        auto h = sched.submit([&] { gate.wait(); }, {.group = g});
+        REQUIRE(h);
+        hs.push_back(std::move(*h));
+    }
+    const auto full = sched.post([] {}, {.group = g});
+    REQUIRE_FALSE(full);
+    CHECK(full.error().code == ax::Errc::group_full);
+    CHECK(full.error().queue_length == 3);
+    CHECK(full.error().capacity == 3);
+    CHECK(full.error().retryable());
+    std::vector<std::function<void()>> batch(2, [] {});
+    const auto refused = sched.post_many(batch, {.group = g});
+    CHECK(refused.admitted.empty());
+    CHECK(refused.error->code == ax::Errc::group_full);
+    // Other work is not affected, and the group's parked tasks hold no shared queue room.
+    std::atomic<int> others{0};
+    for (int i = 0; i < 20; ++i)
+        REQUIRE(sched.post([&] { ++others; }));
+    REQUIRE(eventually([&] { return others.load() == 20; }));
+    CHECK(sched.group_stats(g).queued == 3);
+    // A cancel gives the place back.
+    CHECK(sched.cancel(hs[3].id()));
+    CHECK(sched.group_stats(g).queued == 2);
+    REQUIRE(sched.post([] {}, {.group = g}));
+    gate.open();
+    for (auto& h : hs)
+        REQUIRE(h.wait_for(20s));
+    REQUIRE(eventually([&] { return sched.group_stats(g).queued == 0; }));
 }
