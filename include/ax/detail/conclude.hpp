@@ -246,6 +246,8 @@ template <SchedulerClock Clock, ControllerPolicy Controller>
 void SchedulerCore<Clock, Controller>::release_join(std::uint32_t j) {
     TaskRecord& r = slab_->at(j);
     auto s = r.state.load(std::memory_order_acquire);
+    // Its group place first: once the state says queued a cancel may give it back.
+    dispatcher_.requeued(r);
     while ((s & state_mask) == static_cast<std::uint32_t>(TaskState::pending)) {
         if (r.state.compare_exchange_weak(
                 s, (s & ~state_mask) | static_cast<std::uint32_t>(TaskState::queued),
@@ -255,13 +257,13 @@ void SchedulerCore<Clock, Controller>::release_join(std::uint32_t j) {
             if ((r.flags & record_child) != 0) {
                 dispatcher_.push_child(j);
             } else {
-                dispatcher_.requeued(r);
                 queue_.push_unchecked(j, r.priority);
                 notifier_.notify_one();
             }
             return;
         }
     }
+    dispatcher_.requeue_undone(r);
     retire(j, nullptr);
 }
 

@@ -207,11 +207,20 @@ class Dispatcher {
     void unreserve(std::uint16_t g) noexcept {
         groups_[g].queued.fetch_sub(1, std::memory_order_acq_rel);
     }
-    /// A task of a group re-enters the queue without admission (a retry, a released join): it
-    /// counts toward its group's queued tasks (never refused).
+    /// A task of a group re-enters the queue without admission (a retry, a released join, a
+    /// coroutine's hop or resumption): it counts toward its group's queued tasks (never
+    /// refused). Called before the state says queued, so a cancel that dequeues it at once
+    /// finds its place already counted (the count never wraps below zero, which admission
+    /// would read as a full group).
     void requeued(const TaskRecord& r) noexcept {
         if (r.group != 0)
             groups_[r.group].queued.fetch_add(1, std::memory_order_acq_rel);
+    }
+    /// Undoes requeued() for a task that did not become queued after all (cancelled or timed
+    /// out before its state changed).
+    void requeue_undone(const TaskRecord& r) noexcept {
+        if (r.group != 0)
+            groups_[r.group].queued.fetch_sub(1, std::memory_order_acq_rel);
     }
     /// Group `g`'s queued tasks now (lock-free).
     [[nodiscard]] std::uint32_t group_queued(std::uint16_t g) const noexcept {

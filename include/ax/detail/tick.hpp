@@ -133,6 +133,8 @@ void SchedulerCore<Clock, Controller>::fire_due_retries(std::int64_t now) {
         auto s = r.state.load(std::memory_order_acquire);
         bool back = false;
         const auto waited = static_cast<TaskState>(s & state_mask);
+        // Its group place first: once the state says queued a cancel may give it back.
+        dispatcher_.requeued(r);
         while ((s & state_mask) == static_cast<std::uint32_t>(TaskState::waiting_retry) ||
                (s & state_mask) == static_cast<std::uint32_t>(TaskState::scheduled)) {
             if (r.state.compare_exchange_weak(
@@ -149,11 +151,11 @@ void SchedulerCore<Clock, Controller>::fire_due_retries(std::int64_t now) {
             if ((r.flags & record_child) != 0) {
                 dispatcher_.push_child(i);
             } else {
-                dispatcher_.requeued(r);
                 queue_.push_unchecked(i, r.priority);
                 ++requeued;
             }
         } else {
+            dispatcher_.requeue_undone(r);
             retire(i, nullptr); // cancelled while waiting: a tombstone
         }
     }
