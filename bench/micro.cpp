@@ -32,6 +32,7 @@
 #include "naive_pool.hpp"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <benchmark/benchmark.h>
 #include <chrono>
@@ -48,6 +49,7 @@
 #include <new>
 #include <pthread.h>
 #include <sched.h>
+#include <span>
 #include <string>
 #include <sys/resource.h>
 #include <thread>
@@ -348,6 +350,46 @@ Sample e2e_coro(const Options& o, CoroShape shape) {
                     co_await ctx.submit([&c] { c.hit(); }).value();
                 });
                 break;
+            }
+        }
+    });
+    s.refused = refused.load();
+    return s;
+}
+
+/// The default Config with post_wait: a refused producer parks until the workers drain the
+/// queue to half its soft limit (issue 31), instead of sleeping retry_after.
+Sample e2e_ax_post_wait(const Options& o, int producers) {
+    ax::Scheduler<> sched;
+    std::atomic<std::uint64_t> refused{0};
+    auto s = e2e(o.tasks, producers, [&](Countdown& c, std::uint64_t n, int) {
+        for (std::uint64_t i = 0; i < n; ++i)
+            if (!sched.post_wait([&c] { c.hit(); }))
+                std::abort();
+    });
+    s.refused = refused.load();
+    return s;
+}
+
+/// The fixed pool fed with post_many in batches of 256 (one admission per batch), against the
+/// same pool's single post in "ax fixed pool, large queue".
+Sample e2e_ax_post_many(const Options& o, int producers) {
+    ax::Scheduler<> sched(fixed_config(o.workers));
+    std::atomic<std::uint64_t> refused{0};
+    auto s = e2e(o.tasks, producers, [&](Countdown& c, std::uint64_t n, int) {
+        struct Hit {
+            Countdown* c;
+            void operator()() const { c->hit(); }
+        };
+        std::array<Hit, 256> batch;
+        batch.fill(Hit{&c});
+        for (std::uint64_t i = 0; i < n;) {
+            const std::size_t k = static_cast<std::size_t>(std::min<std::uint64_t>(256, n - i));
+            const auto r = sched.post_many(std::span<Hit>(batch.data(), k));
+            i += r.admitted.size();
+            if (!r.complete()) {
+                refused.fetch_add(1, std::memory_order_relaxed);
+                std::this_thread::yield();
             }
         }
     });
@@ -844,6 +886,18 @@ int run_table(int argc, char** argv) {
                          true,
                          Kind::throughput,
                          [&o, producers] { return e2e_ax_default(o, producers); },
+                         {}});
+        cases.push_back({m,
+                         "ax default Config, post_wait",
+                         true,
+                         Kind::throughput,
+                         [&o, producers] { return e2e_ax_post_wait(o, producers); },
+                         {}});
+        cases.push_back({m,
+                         "ax fixed pool, post_many x256",
+                         true,
+                         Kind::throughput,
+                         [&o, producers] { return e2e_ax_post_many(o, producers); },
                          {}});
         cases.push_back({m,
                          "mutex pool",

@@ -167,7 +167,7 @@ TEST_CASE("Dispatcher serves the subtask lane first, one at a time", "[dispatche
     CHECK(rig.dispatcher.children_queued() == 1);
     CHECK(rig.dispatcher.subtasks_waiting());
     CHECK(rig.fill(0, /*tiny=*/true) == std::vector<std::uint32_t>{child});
-    rig.dispatcher.dequeued(rig.slab.at(child));
+    rig.dispatcher.dequeued(rig.slab.at(child), 0);
     CHECK(rig.dispatcher.children_queued() == 0);
     CHECK(rig.dispatcher.pop_subtask() == Dispatcher::none);
 }

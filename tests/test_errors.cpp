@@ -50,14 +50,15 @@ TEST_CASE("Errc values and messages", "[errors]") {
 TEST_CASE("ErrorCategory names codes outside Errc unknown", "[errors]") {
     const auto& cat = ax::error_category();
     CHECK(cat.message(0) == "unknown ax error");
-    CHECK(cat.message(6) == "unknown ax error");
+    CHECK(cat.message(8) == "unknown ax error");
     CHECK(cat.message(-1) == "unknown ax error");
     // Errc's underlying type is uint8_t: a code like 257 must not alias queue_full (1).
     CHECK(cat.message(257) == "unknown ax error");
     CHECK(cat.message(258) == "unknown ax error");
 }
 
-TEST_CASE("SubmitError::retryable is true for queue_full and busy only", "[errors]") {
+TEST_CASE("SubmitError::retryable is true for backpressure and a group's refusals only",
+          "[errors]") {
     ax::SubmitError e;
     e.code = ax::Errc::queue_full;
     CHECK(e.retryable());
@@ -69,7 +70,14 @@ TEST_CASE("SubmitError::retryable is true for queue_full and busy only", "[error
     CHECK_FALSE(e.retryable());
     e.code = ax::Errc::too_many_tasks;
     CHECK_FALSE(e.retryable());
+    e.code = ax::Errc::breaker_open;
+    CHECK(e.retryable());
+    e.code = ax::Errc::group_full;
+    CHECK(e.retryable());
     CHECK_FALSE(ax::SubmitError{}.retryable());
+    e.code = ax::Errc::breaker_open;
+    e.retry_after = std::chrono::microseconds(250);
+    CHECK(e.message() == "the group's circuit breaker is open (retry after 250 us)");
 }
 
 TEST_CASE("SubmitError::error_code and message", "[errors]") {

@@ -331,7 +331,10 @@ TEST_CASE("group limits hold tasks back without holding workers or other groups"
     const auto st = sched.group_stats(g);
     CHECK(st.active == 2);
     CHECK(st.waiting == 4);
-    CHECK(sched.metrics().queue_length_total == 4); // held-back tasks are still queued
+    // Held-back tasks are still queued, but counted against the group's own bound, not the
+    // shared queue's room (a stalled group never holds up other groups' admission).
+    CHECK(st.held == 4);
+    CHECK(sched.metrics().queue_length_total == 0);
 
     // A cancelled held-back task ends at once and never runs.
     CHECK(sched.cancel(hs[5].id()));
@@ -420,26 +423,41 @@ TEST_CASE("a group's circuit breaker opens, holds, probes and closes", "[schedul
             throw std::runtime_error("503");
         return 1;
     };
-    for (int i = 0; i < 4; ++i) {
-        auto h = sched.submit(call, {.max_retries = 0, .group = g});
-        REQUIRE(h);
-        REQUIRE_THROWS(h->get());
-    }
+    // One at a time, so the breaker opens after exactly four attempts with three tasks behind.
+    sched.set_group_limit(g, 1);
+    std::vector<ax::TaskHandle<int>> failing, held;
+    for (int i = 0; i < 4; ++i)
+        failing.push_back(std::move(*sched.submit(call, {.max_retries = 0, .group = g})));
+    for (int i = 0; i < 3; ++i)
+        held.push_back(std::move(*sched.submit(call, {.max_retries = 0, .group = g})));
+    for (auto& h : failing)
+        REQUIRE_THROWS(h.get());
     CHECK(sched.group_stats(g).breaker == ax::BreakerState::open);
     const auto m = sched.metrics();
     REQUIRE(m.groups.size() == 1);
     CHECK(m.groups[0].name == "downstream");
     CHECK(m.groups[0].stats.breaker == ax::BreakerState::open);
 
-    // While open the group's tasks stay queued: not run, not failed.
-    std::vector<ax::TaskHandle<int>> held;
-    for (int i = 0; i < 3; ++i)
-        held.push_back(std::move(*sched.submit(call, {.max_retries = 0, .group = g})));
+    // What the group held when it opened stays queued: not run, not failed.
     REQUIRE(eventually([&] { return sched.group_stats(g).waiting == 3; }));
     std::this_thread::sleep_for(50ms);
     CHECK(runs == 4);
     for (auto& h : held)
         CHECK(h.state() == ax::TaskState::queued);
+    // New submits to the group fail fast for the rest of the cool-down.
+    {
+        const auto refused = sched.submit(call, {.max_retries = 0, .group = g});
+        REQUIRE_FALSE(refused);
+        CHECK(refused.error().code == ax::Errc::breaker_open);
+        CHECK(refused.error().retryable());
+        CHECK(refused.error().retry_after > 0us);
+        CHECK(refused.error().retry_after <= 1s);
+        ax::ManualClock::advance(400ms);
+        const auto later = sched.post(call, {.group = g});
+        REQUIRE_FALSE(later);
+        CHECK(later.error().retry_after <= 600ms);
+        CHECK(later.error().retry_after > 0us);
+    }
 
     // After the cool-down one probe runs; it fails, so the breaker re-opens.
     ax::ManualClock::advance(1500ms);
@@ -458,6 +476,10 @@ TEST_CASE("a group's circuit breaker opens, holds, probes and closes", "[schedul
     CHECK(held[2].get() == 1);
     CHECK(sched.group_stats(g).breaker == ax::BreakerState::closed);
     CHECK(held[0].state() == ax::TaskState::dead_lettered); // the failed probe
+    // Closed: submits are admitted again.
+    auto again = sched.submit(call, {.max_retries = 0, .group = g});
+    REQUIRE(again);
+    CHECK(again->get() == 1);
 
     // Switching it off lets everything through whatever happens.
     sched.set_group_breaker(g, std::nullopt);

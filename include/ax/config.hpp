@@ -30,6 +30,14 @@ struct Config {
     /// seed sizes it as expected concurrency x average duration x tolerated wait factor.
     std::uint32_t queue_capacity = 150;
 
+    /// Tasks each concurrency group may hold back (parked over its limit or behind its open
+    /// breaker) once the dispatcher set them aside (default 0: queue_capacity). Held tasks leave
+    /// the shared queue's count, so a stalled group never takes room from the others; past this
+    /// bound submits to that group alone answer Errc::group_full. Larger lets one group buffer a
+    /// longer outage (memory: one task record each); smaller sheds a failing group's load sooner.
+    /// Retries of tasks already admitted are never refused and may exceed it.
+    std::uint32_t group_queue_capacity = 0;
+
     /// Fraction of queue_capacity from which normal and low submits get the soft `busy` error while
     /// high is still admitted (default 0.8). 1.0 disables the soft limit.
     double soft_limit_ratio = 0.8;
@@ -165,6 +173,9 @@ struct Config {
             fail("queue_capacity", "0", "must be at least 1");
         if (queue_capacity > (1u << 24))
             fail("queue_capacity", std::to_string(queue_capacity), "must be at most 16777216");
+        if (group_queue_capacity > (1u << 24))
+            fail("group_queue_capacity", std::to_string(group_queue_capacity),
+                 "must be at most 16777216 (0: queue_capacity)");
         if (!(soft_limit_ratio > 0.0 && soft_limit_ratio <= 1.0))
             fail("soft_limit_ratio", std::to_string(soft_limit_ratio), "must be in (0, 1]");
         if (!(cpu_ceiling > 0.0 && cpu_ceiling <= 1.0))

@@ -3,12 +3,14 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <system_error>
 #include <type_traits>
 #include <utility>
 #include <variant>
+#include <vector>
 
 namespace ax {
 
@@ -19,6 +21,12 @@ enum class Errc : std::uint8_t {
     shutting_down,   ///< shutdown() has begun or the scheduler is being destroyed.
     invalid_options, ///< The SubmitOptions are invalid (see SubmitError::message()).
     too_many_tasks,  ///< Task records exhausted: the caller holds millions of live handles.
+    /// The group's circuit breaker is open: its submits fail fast for the rest of the cool-down
+    /// (SubmitError::retry_after says how long).
+    breaker_open,
+    /// The group holds Config::group_queue_capacity tasks back (over its limit or behind its
+    /// breaker); other groups are not affected.
+    group_full,
 };
 
 /// The seed's names for the two backpressure errors, kept so its readers find them.
@@ -31,8 +39,7 @@ class ErrorCategory final : public std::error_category {
   public:
     [[nodiscard]] const char* name() const noexcept override { return "ax"; }
     [[nodiscard]] std::string message(int code) const override {
-        if (code < static_cast<int>(Errc::queue_full) ||
-            code > static_cast<int>(Errc::too_many_tasks))
+        if (code < static_cast<int>(Errc::queue_full) || code > static_cast<int>(Errc::group_full))
             return "unknown ax error";
         switch (static_cast<Errc>(code)) {
         case Errc::queue_full:
@@ -45,6 +52,10 @@ class ErrorCategory final : public std::error_category {
             return "invalid submit options";
         case Errc::too_many_tasks:
             return "too many live task records";
+        case Errc::breaker_open:
+            return "the group's circuit breaker is open";
+        case Errc::group_full:
+            return "the group holds its limit of queued tasks";
         }
         return "unknown ax error";
     }
@@ -64,26 +75,34 @@ inline std::error_code make_error_code(Errc e) noexcept {
 /// What submit returns instead of a handle: the reason plus what a producer needs to back off.
 struct SubmitError {
     Errc code{};
-    /// Tasks queued (all priorities) when the submit was refused.
+    /// Tasks queued (all priorities) when the submit was refused; for group_full, the tasks
+    /// the group holds.
     std::uint32_t queue_length = 0;
-    /// The queue's capacity (Config::queue_capacity).
+    /// The queue's capacity (Config::queue_capacity); for group_full the group's bound.
     std::uint32_t capacity = 0;
     /// How long to wait before submitting again, from the measured drain rate: the time the
-    /// workers need to free the slot this submit wanted. Zero for errors retrying cannot fix.
+    /// workers need to free the slot this submit wanted (at least 1 us: when the queue drains
+    /// in microseconds the hint says so; a hint shorter than a sleep's granularity means "try
+    /// again now", or use submit_wait / post_wait, which park until there is room). For
+    /// breaker_open, the rest of the cool-down. Zero for errors retrying cannot fix.
     std::chrono::microseconds retry_after{0};
     /// For invalid_options: which option and why. Empty otherwise.
     std::string detail;
 
-    /// True for refusals worth retrying after retry_after (queue_full, busy).
+    /// True for refusals worth retrying after retry_after (queue_full, busy, breaker_open,
+    /// group_full).
     [[nodiscard]] bool retryable() const noexcept {
-        return code == Errc::queue_full || code == Errc::busy;
+        return code == Errc::queue_full || code == Errc::busy || code == Errc::breaker_open ||
+               code == Errc::group_full;
     }
     /// The code as a std::error_code.
     [[nodiscard]] std::error_code error_code() const noexcept { return make_error_code(code); }
     /// One line for logs, e.g. "queue full (150/150 queued, retry after 1200 us)".
     [[nodiscard]] std::string message() const {
         std::string m = error_category().message(static_cast<int>(code));
-        if (retryable()) {
+        if (code == Errc::breaker_open) {
+            m += " (retry after " + std::to_string(retry_after.count()) + " us)";
+        } else if (retryable()) {
             m += " (" + std::to_string(queue_length) + "/" + std::to_string(capacity) +
                  " queued, retry after " + std::to_string(retry_after.count()) + " us)";
         }
@@ -157,6 +176,23 @@ template <class T> class [[nodiscard]] Expected {
                                    std::get<1>(v_).message());
     }
     std::variant<T, SubmitError> v_;
+};
+
+/// What post_many / submit_many do when the queue has room for only part of a batch.
+enum class BatchPolicy : std::uint8_t {
+    partial,        ///< Admit the longest front of the batch that fits; refuse the rest.
+    all_or_nothing, ///< Admit the whole batch or none of it.
+};
+
+/// What post_many / submit_many return: the admitted front of the batch, in order (IDs or
+/// handles), and, when not everything was admitted, why the rest was refused. The callables of
+/// the admitted front were moved from; those of the refused rest are untouched, so the caller
+/// can submit them again (nothing is dropped silently).
+template <class T> struct BatchResult {
+    std::vector<T> admitted;
+    std::optional<SubmitError> error;
+    /// True when the whole batch was admitted.
+    [[nodiscard]] bool complete() const noexcept { return !error.has_value(); }
 };
 
 } // namespace ax

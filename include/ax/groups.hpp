@@ -13,8 +13,10 @@ namespace ax {
 
 /// State of a group's circuit breaker.
 enum class BreakerState : std::uint8_t {
-    closed,    ///< Tasks flow (up to the group limit).
-    open,      ///< Too many recent failures: the group's tasks stay queued for the cool-down.
+    closed, ///< Tasks flow (up to the group limit).
+    /// Too many recent failures: for the cool-down, submits to the group are refused with
+    /// Errc::breaker_open and the tasks it already held stay queued (not failed, not retried).
+    open,
     half_open, ///< Cool-down over: a few probe tasks run; success closes, failure re-opens.
 };
 
@@ -35,6 +37,12 @@ struct GroupStats {
     std::uint32_t limit = 0;   ///< Concurrent tasks allowed (0: no limit).
     std::uint32_t active = 0;  ///< Tasks of the group dispatched and not yet ended.
     std::uint32_t waiting = 0; ///< Tasks held back by the limit or the breaker (still queued).
+    /// The group's tasks queued (admitted or re-queued, not yet started): what its own bound,
+    /// Config::group_queue_capacity, limits.
+    std::uint32_t queued = 0;
+    /// Of those, the ones counted out of the shared queue (set aside by the limit or the breaker
+    /// once: `waiting`, plus those let back in and not yet started).
+    std::uint32_t held = 0;
     bool breaker_enabled = false;
     BreakerState breaker = BreakerState::closed;
     std::uint32_t recent_attempts = 0; ///< Attempts the breaker counted in this window.

@@ -39,6 +39,13 @@ struct TaskEvent {
 /// for timeouts) with no scheduler lock held, so it may call back into the scheduler; keep it
 /// short, it delays that thread. A hook that throws is contained: the exception is swallowed
 /// and counted in MetricsSnapshot::totals.hook_failures.
+///
+/// Order: each task's events come one after another in causal order (start, then the
+/// attempt's timeout if any, exception, retry; the next attempt's start ...), and its terminal
+/// event (on_success or on_dead_letter) is the last one. on_timeout runs on the maintenance tick
+/// while the body may be returning: the attempt's worker waits for it before it reports the
+/// attempt's end, so a slow on_timeout also delays that worker. Events of different tasks
+/// interleave freely.
 struct Hooks {
     /// An attempt starts.
     std::function<void(const TaskEvent&)> on_start;

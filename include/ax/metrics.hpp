@@ -129,6 +129,8 @@ struct MetricsSnapshot {
     std::uint32_t queue_capacity = 0;
     /// Tasks waiting for a retry.
     std::uint32_t waiting_retry = 0;
+    /// Tasks admitted with a delay or run_at and not yet due (TaskState::scheduled).
+    std::uint32_t scheduled = 0;
     /// Subtasks waiting in the subtask lane (not part of queue_length / queue_capacity).
     std::uint32_t subtasks_queued = 0;
     /// when_all joins waiting for the tasks they depend on, and coroutine tasks (ax::Task)

@@ -98,6 +98,7 @@ template <class Links> class IntrusiveFifo {
         return index;
     }
     [[nodiscard]] std::uint32_t front() const noexcept { return head_; }
+    [[nodiscard]] std::uint32_t back() const noexcept { return tail_; }
     [[nodiscard]] bool empty() const noexcept { return head_ == none; }
     [[nodiscard]] std::size_t size() const noexcept { return size_; }
 

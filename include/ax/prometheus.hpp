@@ -300,15 +300,16 @@ inline std::vector<std::string> prom_group_labels(const std::vector<GroupSnapsho
 /// `ax_orphans_refused_total`, `ax_workers_created_total`, `ax_workers_orphaned_total`,
 /// `ax_hook_failures_total`, `ax_dead_letters_evicted_total`, `ax_starvation_picks_total`,
 /// `ax_destructor_exceptions_total`; gauges for the queue (`ax_queue_length{priority}`,
-/// `ax_queue_oldest_age_seconds{priority}`, capacity, waiting retries, subtasks, joins, dead
-/// letters), the workers (current, target, busy, idle, peak, orphans), the window (rates, mean
-/// attempt duration in seconds, CPU ratio); histograms `ax_task_queue_wait_seconds` and
-/// `ax_task_run_seconds` (MetricsSnapshot::queue_wait / run_time); the controller
+/// `ax_queue_oldest_age_seconds{priority}`, capacity, waiting retries, scheduled (delayed) tasks,
+/// subtasks, joins, dead letters), the workers (current, target, busy, idle, peak, orphans), the
+/// window (rates, mean attempt duration in seconds, CPU ratio); histograms
+/// `ax_task_queue_wait_seconds` and `ax_task_run_seconds` (MetricsSnapshot::queue_wait / run_time);
+/// the controller
 /// (`ax_controller_info{policy}`, `ax_controller_target_workers`, `ax_controller_reason{reason}`
 /// as a state set: 1 for the last decision's reason, 0 for every other, its rounds / changes /
 /// direction changes counters, forecast rate and last inputs); and per group
-/// (`ax_group_limit{group}`, active, waiting, breaker enabled / state / recent attempts and
-/// failures).
+/// (`ax_group_limit{group}`, active, waiting, queued, held, breaker enabled / state / recent
+/// attempts and failures).
 inline void append_prometheus(std::string& out, const MetricsSnapshot& m,
                               const PrometheusOptions& options = {}) {
     detail::PromWriter w(out, options);
@@ -370,6 +371,8 @@ inline void append_prometheus(std::string& out, const MetricsSnapshot& m,
     w.single("queue_capacity", gauge, "Capacity of the priority queue (all lanes).",
              m.queue_capacity);
     w.single("tasks_waiting_retry", gauge, "Tasks waiting for their retry.", m.waiting_retry);
+    w.single("tasks_scheduled", gauge, "Tasks admitted with a delay or run_at, not yet due.",
+             m.scheduled);
     w.single("subtasks_queued", gauge, "Subtasks waiting in the subtask lane.", m.subtasks_queued);
     w.single("pending_joins", gauge, "when_all joins waiting for the tasks they depend on.",
              m.pending_joins);
@@ -463,6 +466,11 @@ inline void append_prometheus(std::string& out, const MetricsSnapshot& m,
               [](const GroupStats& s) { return s.active; });
     per_group("group_waiting", "Tasks of a group held back by its limit or breaker.",
               [](const GroupStats& s) { return s.waiting; });
+    per_group("group_queued",
+              "Tasks of a group queued (bounded by group_queue_capacity), parked ones included.",
+              [](const GroupStats& s) { return s.queued; });
+    per_group("group_held", "Tasks of a group counted outside the shared queue (parked once).",
+              [](const GroupStats& s) { return s.held; });
     per_group("group_breaker_enabled", "1 if the group has a circuit breaker.",
               [](const GroupStats& s) { return s.breaker_enabled ? 1U : 0U; });
     w.begin("group_breaker_state", gauge,

@@ -1,6 +1,7 @@
 // ax — Adaptive eXchange Scheduler. SPDX-License-Identifier: MIT
 #pragma once
 
+#include "detail/futex.hpp"
 #include "detail/spin_lock.hpp"
 #include "detail/thread_stripe.hpp"
 #include "priority_ring.hpp"
@@ -9,6 +10,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
@@ -39,6 +41,9 @@ struct QueueCounters {
 /// The count is pushes (producers, under the lock) minus pops (workers, lock-free) on separate
 /// cache lines; producers check against a stale count of pops, which over-estimates the length,
 /// and read the workers' line only when that estimate reaches a limit.
+///
+/// Producers that want room park on `room_seq_` (a futex word, no lock): the pop that brings the
+/// length down to room_mark() while `room_wanted_` is set wakes them all.
 ///
 /// Lock it owns: `mutex_` (the queue spin lock) guards the standby list (`head_`, `tail_`,
 /// `count_`), `standby_lanes_`,
@@ -99,9 +104,98 @@ template <class Links> class DoubleBufferQueue {
     }
 
     /// Refuses every later try_push (shutdown). Retries still enter through push_unchecked.
+    /// Producers parked in wait_for_room() wake and see the refusal.
     void close() {
+        {
+            std::lock_guard lock(mutex_);
+            closed_ = true;
+        }
+        wake_room();
+    }
+
+    /// Admits up to `n` tasks of priority `p` at once (post_many): under the lock, takes
+    /// min(n, room) places (all `n` or none when `all_or_nothing`) and counts them queued, so
+    /// the caller builds their records outside the lock and hands them over with
+    /// append_reserved(). Returns the places taken; 0 with `why` (full, busy, closed) and
+    /// `queue_length` the length seen.
+    std::uint32_t try_reserve(std::uint32_t n, Priority p, bool all_or_nothing,
+                              std::uint32_t& queue_length, Admission& why) {
         std::lock_guard lock(mutex_);
-        closed_ = true;
+        popped_seen_ = popped_total();
+        const std::uint32_t len = pushed_total_locked() - popped_seen_;
+        queue_length = len;
+        if (closed_) {
+            why = Admission::closed;
+            return 0;
+        }
+        const std::uint32_t limit = p == Priority::high ? capacity_ : soft_limit_;
+        const std::uint32_t room = len >= limit ? 0 : limit - len;
+        const std::uint32_t k = all_or_nothing ? (room >= n ? n : 0) : std::min(n, room);
+        if (k == 0) {
+            ++counters_.rejected;
+            why = len >= capacity_ ? Admission::full : Admission::busy;
+            return 0;
+        }
+        auto& c = pushed_[static_cast<std::size_t>(p)];
+        c.store(c.load(std::memory_order_relaxed) + k, std::memory_order_release);
+        popped_hint_.store(popped_seen_, std::memory_order_relaxed);
+        counters_.incoming += k;
+        why = Admission::admitted;
+        return k;
+    }
+
+    /// Gives back `n` places try_reserve() took and no record filled (a record could not be
+    /// built).
+    void unreserve(std::uint32_t n, Priority p) {
+        std::lock_guard lock(mutex_);
+        auto& c = pushed_[static_cast<std::size_t>(p)];
+        c.store(c.load(std::memory_order_relaxed) - n, std::memory_order_release);
+        counters_.incoming -= n;
+    }
+
+    /// Appends `chain` (records for places try_reserve() took, linked front to back, priority
+    /// `p`) in one step. Returns whether the standby list was empty (see try_push's `first`).
+    bool append_reserved(Chain& chain, Priority p) {
+        if (chain.empty())
+            return false;
+        std::lock_guard lock(mutex_);
+        const bool was_empty = tail_ == none;
+        if (was_empty)
+            head_ = chain.front();
+        else
+            links_.set_next(tail_, chain.front());
+        tail_ = chain.back();
+        count_ += chain.size();
+        standby_lanes_ |= 1u << static_cast<std::uint32_t>(p);
+        if (was_empty)
+            nonempty_.store(true, std::memory_order_release);
+        return was_empty;
+    }
+
+    // ---- producers waiting for room (submit_wait / post_wait) ----------------------------------
+
+    /// The length at or below which a parked producer is woken: half the soft limit, so that
+    /// once woken it has room for a run of pushes and the workers still have half a queue of
+    /// work while it comes back from the kernel.
+    [[nodiscard]] std::uint32_t room_mark() const noexcept { return soft_limit_ / 2; }
+
+    /// Parks the caller until the length may have dropped to room_mark() (a pop saw it there),
+    /// close() or wake_room() ran, or `timeout` passed. Announce-then-check: the flag is set,
+    /// then the length read (both seq_cst, against the pop's seq_cst count and flag read), so a
+    /// pop either sees the flag or the caller sees the pop. Returns at once if there is room.
+    void wait_for_room(std::chrono::nanoseconds timeout) {
+        const std::uint32_t seq = room_seq_.load(std::memory_order_seq_cst);
+        room_wanted_.store(true, std::memory_order_seq_cst);
+        if (length() <= room_mark() || closed_seen())
+            return;
+        Futex::wait_tagged_for(room_seq_, seq, 0xffffffffu /* any */, timeout);
+    }
+
+    /// Wakes every producer parked in wait_for_room() (shutdown, a stop token).
+    void wake_room() noexcept {
+        room_wanted_.store(false, std::memory_order_seq_cst);
+        room_seq_.fetch_add(1, std::memory_order_seq_cst);
+        Futex::wake_all(room_seq_);
     }
 
     /// Counts a refusal decided without taking the lock (the fast pre-check of submit).
@@ -134,8 +228,14 @@ template <class Links> class DoubleBufferQueue {
 
     /// A task left the queue (dispatched or cancelled while queued).
     void on_dequeued(Priority p) noexcept {
+        // seq_cst (the same locked add on x86): ordered against a waiting producer's flag.
         popped_[thread_stripe<pop_stripes>()].n[static_cast<std::size_t>(p)].fetch_add(
-            1, std::memory_order_acq_rel);
+            1, std::memory_order_seq_cst);
+        // A read of a line nobody writes while no producer waits: the cost of post_wait to
+        // everyone else.
+        if (room_wanted_.load(std::memory_order_seq_cst)) [[unlikely]]
+            if (length() <= room_mark() && room_wanted_.exchange(false, std::memory_order_seq_cst))
+                wake_room_unflagged();
     }
 
     /// Tasks admitted and not yet started, all priorities (may lag by in-flight dequeues).
@@ -185,6 +285,15 @@ template <class Links> class DoubleBufferQueue {
     }
 
   private:
+    void wake_room_unflagged() noexcept {
+        room_seq_.fetch_add(1, std::memory_order_seq_cst);
+        Futex::wake_all(room_seq_);
+    }
+    [[nodiscard]] bool closed_seen() {
+        std::lock_guard lock(mutex_);
+        return closed_;
+    }
+
     /// Returns whether the buffer was empty before. Needs mutex_.
     bool append(std::uint32_t index, Priority p) {
         // One link store: the new tail's own link stays unset until swap() ends the chain.
@@ -251,6 +360,10 @@ template <class Links> class DoubleBufferQueue {
         std::array<std::atomic<std::uint32_t>, priority_count> n{};
     };
     std::array<PopStripe, pop_stripes> popped_{};
+    /// Producers wait for room (set by them, cleared by the pop that wakes them), on a line of
+    /// its own that pops only read; and the word they sleep on (bumped by every wake).
+    alignas(64) std::atomic<bool> room_wanted_{false};
+    alignas(64) std::atomic<std::uint32_t> room_seq_{0};
 };
 
 } // namespace ax::detail

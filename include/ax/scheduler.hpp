@@ -33,6 +33,8 @@
 #include <cstdio>
 #include <memory>
 #include <optional>
+#include <ranges>
+#include <stop_token>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -55,6 +57,7 @@ MetricsSnapshot SchedulerCore<Clock, Controller>::metrics() {
     m.queue_length_total = m.queue_length[0] + m.queue_length[1] + m.queue_length[2];
     m.queue_capacity = queue_.capacity();
     m.waiting_retry = totals_.waiting_retry.load(std::memory_order_acquire);
+    m.scheduled = totals_.scheduled.load(std::memory_order_acquire);
     m.workers = pool_.stats();
     const auto qc = queue_.counters();
     m.totals.submitted = qc.incoming + totals_.admitted_other.load(std::memory_order_relaxed);
@@ -274,6 +277,75 @@ class Scheduler {
         return core_->post(std::forward<F>(f), options);
     }
 
+    /// Admits a batch of callables (a sized range: a vector, an array, a span) with the same
+    /// options through one admission: the queue's lock is taken twice per batch, not once per
+    /// task, and one worker is woken. `policy` says what happens when only part of it fits:
+    /// BatchPolicy::partial admits the longest front that fits and refuses the rest,
+    /// all_or_nothing admits all or none. The result lists the admitted front's IDs in order
+    /// and, if anything was refused, why (the same errors as post, once for the batch). Only
+    /// the admitted callables are moved from; the rest stay in `fs` for the caller to resubmit.
+    /// A batch larger than queue_capacity can never be admitted whole (partial admits a
+    /// part). Never blocks.
+    template <class Range>
+    BatchResult<TaskId> post_many(Range&& fs, const SubmitOptions& options = {},
+                                  BatchPolicy policy = BatchPolicy::partial) {
+        return core_->template admit_many<TaskId, void>(std::ranges::begin(fs),
+                                                        std::ranges::size(fs), options, policy);
+    }
+
+    /// post_many() with a handle per admitted task, as submit() gives.
+    template <class Range>
+    auto submit_many(Range&& fs, const SubmitOptions& options = {},
+                     BatchPolicy policy = BatchPolicy::partial) {
+        using Fn = std::decay_t<std::ranges::range_reference_t<Range>>;
+        using R = typename detail::CallableTraits<Fn>::result;
+        static_assert(!std::is_reference_v<R>, "ax: a task may not return a reference");
+        return core_->template admit_many<TaskHandle<R>, R>(std::ranges::begin(fs),
+                                                            std::ranges::size(fs), options, policy);
+    }
+
+    /// submit() that waits for room instead of answering queue_full / busy: the caller parks
+    /// (no sleep, no spin: a futex) and is woken by the first dequeue that brings the queue down
+    /// to half its soft limit, then tries again. Gives up with the last backpressure error once
+    /// `deadline` passes, or when `stop` is requested; answers shutting_down when shutdown
+    /// begins meanwhile (parked producers are woken). Every other refusal (invalid_options,
+    /// breaker_open, group_full, too_many_tasks) is answered at once, as submit does. `f` is
+    /// moved from only once the task is admitted. Not from inside a task of this scheduler's
+    /// pool if that task's completion is what would make room (it could wait for itself).
+    template <class F>
+    auto submit_wait(F&& f, const SubmitOptions& options,
+                     std::chrono::steady_clock::time_point deadline, std::stop_token stop = {})
+        -> Expected<TaskHandle<typename detail::CallableTraits<std::decay_t<F>>::result>> {
+        using R = typename detail::CallableTraits<std::decay_t<F>>::result;
+        static_assert(!std::is_reference_v<R>, "ax: a task may not return a reference");
+        const detail::RoomWait w{true, deadline, std::move(stop)};
+        return core_->template submit<F, R>(std::forward<F>(f), options, &w);
+    }
+    /// submit_wait() without a deadline: waits until admitted, `stop` is requested, or shutdown.
+    template <class F>
+    auto submit_wait(F&& f, const SubmitOptions& options = {}, std::stop_token stop = {})
+        -> Expected<TaskHandle<typename detail::CallableTraits<std::decay_t<F>>::result>> {
+        using R = typename detail::CallableTraits<std::decay_t<F>>::result;
+        static_assert(!std::is_reference_v<R>, "ax: a task may not return a reference");
+        const detail::RoomWait w{false, {}, std::move(stop)};
+        return core_->template submit<F, R>(std::forward<F>(f), options, &w);
+    }
+    /// post() that waits for room, as submit_wait() does.
+    template <class F>
+    Expected<TaskId> post_wait(F&& f, const SubmitOptions& options,
+                               std::chrono::steady_clock::time_point deadline,
+                               std::stop_token stop = {}) {
+        const detail::RoomWait w{true, deadline, std::move(stop)};
+        return core_->post(std::forward<F>(f), options, &w);
+    }
+    /// post_wait() without a deadline.
+    template <class F>
+    Expected<TaskId> post_wait(F&& f, const SubmitOptions& options = {},
+                               std::stop_token stop = {}) {
+        const detail::RoomWait w{false, {}, std::move(stop)};
+        return core_->post(std::forward<F>(f), options, &w);
+    }
+
     /// Submits `f` to run once every task in `handles` has ended (succeeded, dead-lettered or
     /// cancelled), without any thread blocking meanwhile: a non-blocking join. f is called as
     /// f(std::vector<ax::TaskHandle<R>>&) with every handle ready (get() does not block) and its
@@ -320,7 +392,7 @@ class Scheduler {
     ///   to start, are not seen);
     /// - running: the attempts the workers run now (a task whose worker is helping inside its
     ///   wait is listed as the nested task the worker runs);
-    /// - waiting_retry: the retry timers; pending: the join table;
+    /// - waiting_retry and scheduled: the retry timers; pending: the join table;
     /// - succeeded, dead_lettered, cancelled: the bounded history (Config::history_capacity),
     ///   newest first; a task that left it (query() answers nullopt) is not listed. Cancelled
     ///   tasks not yet taken from where they waited (a lane, the retry timers, the join table)

@@ -30,6 +30,9 @@ enum class TaskState : std::uint8_t {
     dead_lettered, ///< Every allowed attempt failed; the last exception is in the handle.
     cancelled,     ///< cancel() or shutdown(cancel) ended it.
     pending,       ///< A when_all join waiting for the tasks it depends on to end.
+    /// Admitted with SubmitOptions::delay or run_at: waiting (without a thread, on the timers
+    /// that also hold retries) for its start time; then queued.
+    scheduled,
 };
 
 /// Human-readable name of a state ("queued", "running", ...).
@@ -49,6 +52,8 @@ constexpr std::string_view to_string(TaskState s) noexcept {
         return "cancelled";
     case TaskState::pending:
         return "pending";
+    case TaskState::scheduled:
+        return "scheduled";
     }
     return "unknown";
 }
@@ -117,6 +122,17 @@ struct SubmitOptions {
     int max_retries = -1;
     /// Concurrency group from Scheduler::group(); default none.
     GroupId group{};
+    /// Queue the task only this long after admission (default zero: at once). Meanwhile it is
+    /// `scheduled`: on the retry timers, holding no worker and no queue place (so a delayed
+    /// submit is never refused for a full queue; it enters the queue unchecked when due, like a
+    /// retry), cancellable, and query() shows its due time in retry_due. Due tasks are queued by
+    /// the maintenance tick: the start is late by up to Config::dispatch_interval. At most a
+    /// year. Not for subtasks, joins or post_many.
+    std::chrono::nanoseconds delay{0};
+    /// Queue the task at this time (std::chrono::steady_clock; the default, the epoch, means
+    /// not set); a time past is "now". With delay too, the later of the two wins. On a
+    /// scheduler with another clock (ManualClock) it is taken as a delay from now.
+    std::chrono::steady_clock::time_point run_at{};
 };
 
 /// What query() reports about one task.
@@ -141,7 +157,7 @@ template <class Clock = std::chrono::steady_clock> struct TaskInfo {
     TimePoint started{};
     /// When it reached its terminal state (epoch if not yet).
     TimePoint finished{};
-    /// When waiting_retry: when the next attempt becomes due.
+    /// When waiting_retry or scheduled: when the next attempt becomes due.
     TimePoint retry_due{};
     std::string name;
     /// Text of the latest attempt's error ("" if none).

@@ -186,7 +186,8 @@ bool SchedulerCore<Clock, Controller>::cancel_pinned(TaskRecord& r, std::uint32_
     auto s = r.state.load(std::memory_order_acquire);
     for (;;) {
         const auto st = static_cast<TaskState>(s & state_mask);
-        if (st == TaskState::queued || st == TaskState::waiting_retry || st == TaskState::pending) {
+        if (st == TaskState::queued || st == TaskState::waiting_retry || st == TaskState::pending ||
+            st == TaskState::scheduled) {
             r.finish_ns.store(now_ns(), std::memory_order_relaxed);
             totals_.count_terminal(TaskState::cancelled, 1);
             if (!r.state.compare_exchange_weak(
@@ -198,9 +199,11 @@ bool SchedulerCore<Clock, Controller>::cancel_pinned(TaskRecord& r, std::uint32_
                 // (a join's handles among them).
                 r.destroy_content();
                 if (st == TaskState::queued) {
-                    dispatcher_.dequeued(r);
+                    dispatcher_.dequeued(r, s);
                 } else if (st == TaskState::waiting_retry) {
                     totals_.waiting_retry.fetch_sub(1, std::memory_order_acq_rel);
+                } else if (st == TaskState::scheduled) {
+                    totals_.scheduled.fetch_sub(1, std::memory_order_acq_rel);
                 } else {
                     joins_.pending.fetch_sub(1, std::memory_order_acq_rel);
                 }
@@ -243,6 +246,8 @@ template <SchedulerClock Clock, ControllerPolicy Controller>
 void SchedulerCore<Clock, Controller>::release_join(std::uint32_t j) {
     TaskRecord& r = slab_->at(j);
     auto s = r.state.load(std::memory_order_acquire);
+    // Its group place first: once the state says queued a cancel may give it back.
+    dispatcher_.requeued(r);
     while ((s & state_mask) == static_cast<std::uint32_t>(TaskState::pending)) {
         if (r.state.compare_exchange_weak(
                 s, (s & ~state_mask) | static_cast<std::uint32_t>(TaskState::queued),
@@ -258,6 +263,7 @@ void SchedulerCore<Clock, Controller>::release_join(std::uint32_t j) {
             return;
         }
     }
+    dispatcher_.requeue_undone(r);
     retire(j, nullptr);
 }
 

@@ -50,6 +50,14 @@
 
 namespace ax::detail {
 
+/// How a waiting submit (submit_wait / post_wait) waits for room: until `deadline` when
+/// `bounded`, and until `stop` is requested.
+struct RoomWait {
+    bool bounded = false;
+    std::chrono::steady_clock::time_point deadline{};
+    std::stop_token stop{};
+};
+
 /// The scheduler's composition root: it owns one of each component, wires them, and carries the
 /// services that need several of them (admission, running, concluding, the watchdog, the tick).
 /// It owns no lock and no state of its own beyond the tick thread's scratch: every lock belongs
@@ -136,12 +144,17 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
 
     // ---- the Scheduler's API (admission.hpp, conclude.hpp, scheduler.hpp) -----------------------
 
-    template <class F, class R> Expected<TaskHandle<R>> submit(F&& f, const SubmitOptions& o);
-    template <class F> Expected<TaskId> post(F&& f, const SubmitOptions& o);
+    template <class F, class R>
+    Expected<TaskHandle<R>> submit(F&& f, const SubmitOptions& o, const RoomWait* wait = nullptr);
+    template <class F>
+    Expected<TaskId> post(F&& f, const SubmitOptions& o, const RoomWait* wait = nullptr);
     template <class R, class F>
     auto when_all(std::vector<TaskHandle<R>> handles, F&& f, const SubmitOptions& o) {
         return submit_join(*this, /*child=*/false, std::move(handles), std::forward<F>(f), o);
     }
+    /// post_many / submit_many (admission.hpp): `R` void-like tag for IDs, else handles.
+    template <class T, class R, class It>
+    BatchResult<T> admit_many(It first, std::size_t n, const SubmitOptions& o, BatchPolicy policy);
     bool cancel(TaskId id);
     /// nullopt for an unknown ID and for a task the scheduler forgot (out of history, or its
     /// dead letter discarded), even while a handle still holds its record.
@@ -211,20 +224,29 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
     // admission.hpp
     SubmitError refusal(Errc code, std::string why = {});
     SubmitError backpressure_error(Errc code, std::uint32_t len);
+    std::optional<SubmitError> group_gate(std::uint16_t g, bool reserve);
+    [[nodiscard]] std::uint32_t group_queue_capacity() const noexcept {
+        return cfg_.group_queue_capacity != 0 ? cfg_.group_queue_capacity : cfg_.queue_capacity;
+    }
     std::chrono::microseconds retry_after(std::uint32_t excess) const;
     template <class F>
     std::optional<SubmitError> admit_new(F&& f, const SubmitOptions& o, TaskId& id,
-                                         bool with_handle);
+                                         bool with_handle, const RoomWait* wait = nullptr);
     template <class Place, class Unplace>
     std::optional<SubmitError> admit(const SubmitOptions& o, TaskId& id, bool with_handle,
                                      Place&& place, Unplace&& unplace, bool child = false,
-                                     const TaskId* deps = nullptr, std::size_t ndeps = 0);
+                                     const TaskId* deps = nullptr, std::size_t ndeps = 0,
+                                     const RoomWait* wait = nullptr);
+    bool wait_for_room(const RoomWait& w);
+    void fill_record(TaskRecord& r, const SubmitOptions& o, std::int64_t enqueued,
+                     bool with_handle);
 
     // runner.hpp
     static std::int64_t end_of_attempt(WorkerLocal& local) noexcept;
     bool help_one(Worker& w);
     bool try_start(std::uint32_t i, WorkerLocal& local);
     void execute(std::uint32_t index, Worker& w, std::int64_t start);
+    static std::uint32_t await_timeout_hook(TaskRecord& r);
     void fill(std::int64_t now, WorkerLocal& local) {
         const bool tiny = telemetry_.tasks_are_tiny();
         dispatcher_.fill(now, tiny ? pool_.live() : 1, tiny, local.res);

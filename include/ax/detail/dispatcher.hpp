@@ -109,6 +109,7 @@ class Dispatcher {
                 // queued and holding no worker; other groups pass it by.
                 GroupState& gs = groups_[g];
                 if (gs.active >= gs.capacity()) {
+                    park_locked(gs, i);
                     gs.parked.push_back(links, i);
                     continue;
                 }
@@ -172,11 +173,64 @@ class Dispatcher {
     }
 
     /// A queued task left the queue (started or cancelled): its admission count goes down.
-    void dequeued(const TaskRecord& r) noexcept {
-        if ((r.flags & record_child) != 0)
+    /// `state` is its state word as it left (parked_bit: its group's count, not the queue's).
+    void dequeued(const TaskRecord& r, std::uint32_t state) noexcept {
+        if (r.group != 0)
+            groups_[r.group].queued.fetch_sub(1, std::memory_order_acq_rel);
+        if ((state & parked_bit) != 0) {
+            groups_[r.group].held.fetch_sub(1, std::memory_order_acq_rel);
+            held_total_.fetch_sub(1, std::memory_order_acq_rel);
+        } else if ((r.flags & record_child) != 0) {
             children_queued_.fetch_sub(1, std::memory_order_acq_rel);
-        else
+        } else {
             queue_.on_dequeued(r.priority);
+        }
+    }
+
+    /// Admission's lock-free look at group `g` (registered): the end of its open breaker's
+    /// cool-down (0: not open).
+    [[nodiscard]] std::int64_t breaker_open_until(std::uint16_t g) const noexcept {
+        return groups_[g].open_until_ns.load(std::memory_order_acquire);
+    }
+    /// Takes one of group `g`'s `capacity` queued places for an admission (true), or answers
+    /// false with `queued` = what the group holds. Lock-free; undone by unreserve() if the
+    /// admission then fails, and given back by dequeued() when the task leaves the queue.
+    bool reserve(std::uint16_t g, std::uint32_t capacity, std::uint32_t& queued) noexcept {
+        auto& q = groups_[g].queued;
+        queued = q.fetch_add(1, std::memory_order_acq_rel);
+        if (queued < capacity)
+            return true;
+        q.fetch_sub(1, std::memory_order_acq_rel);
+        return false;
+    }
+    /// Gives back a place reserve() took for an admission that failed.
+    void unreserve(std::uint16_t g) noexcept {
+        groups_[g].queued.fetch_sub(1, std::memory_order_acq_rel);
+    }
+    /// A task of a group re-enters the queue without admission (a retry, a released join, a
+    /// coroutine's hop or resumption): it counts toward its group's queued tasks (never
+    /// refused). Called before the state says queued, so a cancel that dequeues it at once
+    /// finds its place already counted (the count never wraps below zero, which admission
+    /// would read as a full group).
+    void requeued(const TaskRecord& r) noexcept {
+        if (r.group != 0)
+            groups_[r.group].queued.fetch_add(1, std::memory_order_acq_rel);
+    }
+    /// Undoes requeued() for a task that did not become queued after all (cancelled or timed
+    /// out before its state changed).
+    void requeue_undone(const TaskRecord& r) noexcept {
+        if (r.group != 0)
+            groups_[r.group].queued.fetch_sub(1, std::memory_order_acq_rel);
+    }
+    /// Group `g`'s queued tasks now (lock-free).
+    [[nodiscard]] std::uint32_t group_queued(std::uint16_t g) const noexcept {
+        return groups_[g].queued.load(std::memory_order_acquire);
+    }
+
+    /// Tasks every group holds (parked_bit set): queued work that is not in the shared queue's
+    /// count (shutdown waits for it too).
+    [[nodiscard]] std::uint32_t held_total() const noexcept {
+        return held_total_.load(std::memory_order_acquire);
     }
 
     /// Gives back the group slot a reserved task held and lets parked tasks of its group in.
@@ -419,6 +473,24 @@ class Dispatcher {
         }
     }
 
+    /// A task of `gs` is parked: the first time (a queued task without parked_bit) it moves from
+    /// the shared queue's count to the group's, so a stalled group never holds room the other
+    /// groups need. A task cancelled meanwhile is a tombstone and was counted out by its cancel.
+    /// Needs mutex_.
+    void park_locked(GroupState& gs, std::uint32_t i) {
+        TaskRecord& r = slab_.at(i);
+        auto s = r.state.load(std::memory_order_acquire);
+        while ((s & state_mask) == static_cast<std::uint32_t>(TaskState::queued) &&
+               (s & parked_bit) == 0) {
+            if (r.state.compare_exchange_weak(s, s | parked_bit, std::memory_order_acq_rel)) {
+                gs.held.fetch_add(1, std::memory_order_acq_rel);
+                held_total_.fetch_add(1, std::memory_order_acq_rel);
+                queue_.on_dequeued(r.priority);
+                return;
+            }
+        }
+    }
+
     /// Moves parked tasks of a group back to the front of their lanes while the group has room.
     /// Needs mutex_. Returns how many moved.
     std::uint32_t unpark_locked(GroupState& gs) {
@@ -449,6 +521,7 @@ class Dispatcher {
     std::atomic<std::uint32_t> lanes_count_{0};
     std::atomic<std::uint32_t> subtask_lane_count_{0};
     std::atomic<std::uint32_t> children_queued_{0};
+    std::atomic<std::uint32_t> held_total_{0};
 };
 
 } // namespace ax::detail

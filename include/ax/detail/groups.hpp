@@ -21,6 +21,18 @@
 
 namespace ax::detail {
 
+/// A std::atomic that copies its value (GroupState stays a value type for the pure tests; the
+/// dispatcher never copies a live one).
+template <class T> struct CopyableAtomic : std::atomic<T> {
+    CopyableAtomic() noexcept : std::atomic<T>(T{}) {}
+    CopyableAtomic(const CopyableAtomic& o) noexcept
+        : std::atomic<T>(o.load(std::memory_order_relaxed)) {}
+    CopyableAtomic& operator=(const CopyableAtomic& o) noexcept {
+        this->store(o.load(std::memory_order_relaxed), std::memory_order_relaxed);
+        return *this;
+    }
+};
+
 /// One group's limit, its tasks reserved or running, the tasks parked over its capacity, and its
 /// circuit breaker. No lock of its own: the Dispatcher owns every GroupState and touches it only
 /// under the dispatch lock. The breaker transitions are pure (no clock, no lock), so they are
@@ -36,6 +48,17 @@ struct GroupState {
     std::uint32_t attempts = 0;
     std::uint32_t failures = 0;
     std::int64_t since_ns = 0; // window start while closed, opening time while open
+    // Lock-free mirrors for admission (written under the dispatch lock, or, for `held`, by
+    // whoever ends a parked task):
+    /// While the breaker is open: the end of its cool-down (0 otherwise). Submits to the group
+    /// before then are refused with Errc::breaker_open.
+    CopyableAtomic<std::int64_t> open_until_ns;
+    /// The group's tasks queued (admitted, re-queued for a retry or released as a join, and
+    /// not yet started or cancelled): what Config::group_queue_capacity bounds at admission.
+    CopyableAtomic<std::uint32_t> queued;
+    /// Of those, the ones counted out of the shared queue (parked_bit set): parked, or let back
+    /// into the lanes and not yet started.
+    CopyableAtomic<std::uint32_t> held;
 
     /// How many of the group's tasks may be dispatched at once right now.
     [[nodiscard]] std::uint32_t capacity() const noexcept {
@@ -76,6 +99,18 @@ struct GroupState {
         case BreakerState::open:
             break; // an attempt that started before the breaker opened
         }
+        sync_gate();
+    }
+
+    /// Publishes the end of an open breaker's cool-down for admission (0: not open).
+    void sync_gate() noexcept {
+        std::int64_t until = 0;
+        if (breaker_on && state == BreakerState::open) {
+            const std::int64_t c = std::max<std::int64_t>(breaker.cooldown.count(), 0);
+            until = since_ns > INT64_MAX - c ? INT64_MAX : since_ns + c;
+            until = std::max<std::int64_t>(until, 1);
+        }
+        open_until_ns.store(until, std::memory_order_release);
     }
 
     /// The tick: an open breaker whose cool-down is over goes half-open (true: parked tasks may
@@ -85,6 +120,7 @@ struct GroupState {
             return false;
         if (state == BreakerState::open && now - since_ns >= breaker.cooldown.count()) {
             state = BreakerState::half_open;
+            sync_gate();
             return true;
         }
         if (state == BreakerState::closed && now - since_ns >= window_ns) {
@@ -102,6 +138,7 @@ struct GroupState {
         state = BreakerState::closed;
         attempts = failures = 0;
         since_ns = now;
+        sync_gate();
     }
 
     /// The figures group_stats() reports.
@@ -110,6 +147,8 @@ struct GroupState {
         st.limit = limit;
         st.active = active;
         st.waiting = static_cast<std::uint32_t>(parked.size());
+        st.held = held.load(std::memory_order_acquire);
+        st.queued = queued.load(std::memory_order_acquire);
         st.breaker_enabled = breaker_on;
         st.breaker = state;
         st.recent_attempts = attempts;

@@ -62,6 +62,7 @@ std::vector<TaskSummary> SchedulerCore<Clock, Controller>::list_tasks(TaskState 
     case TaskState::queued:
     case TaskState::running:
     case TaskState::waiting_retry:
+    case TaskState::scheduled:
     case TaskState::pending:
     case TaskState::succeeded:
     case TaskState::dead_lettered:
@@ -111,6 +112,7 @@ std::vector<TaskSummary> SchedulerCore<Clock, Controller>::list_tasks(TaskState 
         });
         break;
     case TaskState::waiting_retry:
+    case TaskState::scheduled:
         // A cancelled entry stays in the heap as a tombstone, and its slot may be waiting for
         // another task's retry meanwhile: only the entry whose due time the record carries is
         // that task's.

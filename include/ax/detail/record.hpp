@@ -53,6 +53,15 @@ inline constexpr std::uint32_t forgotten_bit = 1u << 13;
 /// part of the same attempt (no new attempt is counted, no on_start hook). Set with the
 /// running -> pending/queued step of a suspension, cleared when the worker takes it again.
 inline constexpr std::uint32_t resumed_bit = 1u << 14;
+/// The watchdog is calling Hooks::on_timeout for the running attempt: the attempt's worker holds
+/// back its own events (exception, retry, dead letter, success) until the hook has returned, so
+/// a consumer of the event stream never sees the timeout after the task's terminal event.
+inline constexpr std::uint32_t timeout_hook_bit = 1u << 15;
+/// Held back by its group (over the limit, or the breaker open): the task was counted out of the
+/// shared queue's admission count and into its group's (GroupState::held) when it was first
+/// parked, so a group's backlog never takes room from other groups. Cleared when the task starts;
+/// whoever ends it queued (start or cancel) gives the group's count back instead of the queue's.
+inline constexpr std::uint32_t parked_bit = 1u << 16;
 /// Bits that survive every non-terminal state change.
 inline constexpr std::uint32_t sticky_bits = has_waiter_bit | has_dependents_bit;
 
@@ -103,7 +112,8 @@ inline constexpr std::size_t small_buffer_size = Tuning::small_buffer_size;
 struct alignas(16) TaskRecord {
     Manager manager = nullptr;
     /// TaskState in the low byte, plus the flags above: cancel_requested_bit, has_waiter_bit,
-    /// timed_out_bit, has_dependents_bit, ending_bit, forgotten_bit and resumed_bit.
+    /// timed_out_bit, has_dependents_bit, ending_bit, forgotten_bit, resumed_bit,
+    /// timeout_hook_bit and parked_bit.
     std::atomic<std::uint32_t> state{0};
     /// Owners: the scheduler until the task leaves history, each handle, each transient pin.
     std::atomic<std::uint32_t> refs{0};
@@ -296,7 +306,7 @@ template <class Clock> TaskInfo<Clock> make_task_info(TaskRecord& r, TaskId id) 
     info.enqueued = to_time_point<Clock>(r.enqueue_ns.load(std::memory_order_relaxed));
     info.started = to_time_point<Clock>(r.start_ns.load(std::memory_order_relaxed));
     info.finished = to_time_point<Clock>(r.finish_ns.load(std::memory_order_relaxed));
-    if (info.state == TaskState::waiting_retry)
+    if (info.state == TaskState::waiting_retry || info.state == TaskState::scheduled)
         info.retry_due = to_time_point<Clock>(r.mark_ns.load(std::memory_order_relaxed));
     r.lock_extras();
     if (r.extras != nullptr) {

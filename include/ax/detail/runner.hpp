@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #if defined(__x86_64__) || defined(__i386__)
@@ -165,16 +166,33 @@ bool SchedulerCore<Clock, Controller>::try_start(std::uint32_t i, WorkerLocal& l
     }
     auto s = r.state.load(std::memory_order_acquire);
     while ((s & state_mask) == static_cast<std::uint32_t>(TaskState::queued)) {
-        if (r.state.compare_exchange_weak(
-                s, (s & ~state_mask) | static_cast<std::uint32_t>(TaskState::running),
-                std::memory_order_acq_rel)) {
-            dispatcher_.dequeued(r);
+        if (r.state.compare_exchange_weak(s,
+                                          (s & ~(state_mask | parked_bit)) |
+                                              static_cast<std::uint32_t>(TaskState::running),
+                                          std::memory_order_acq_rel)) {
+            dispatcher_.dequeued(r, s);
             return true;
         }
     }
     dispatcher_.release_group(r);
     retire(i, &local);
     return false;
+}
+
+/// The watchdog is still in Hooks::on_timeout for this attempt: wait until it returned, so the
+/// attempt's own events (and its terminal one) follow the timeout event. Rare (a timeout racing
+/// the body's return) and as short as the hook: yield, then nap. Returns the state word after.
+template <SchedulerClock Clock, ControllerPolicy Controller>
+std::uint32_t SchedulerCore<Clock, Controller>::await_timeout_hook(TaskRecord& r) {
+    for (std::uint32_t spins = 0;; ++spins) {
+        const auto s = r.state.load(std::memory_order_acquire);
+        if ((s & timeout_hook_bit) == 0)
+            return s;
+        if (spins < 64)
+            std::this_thread::yield();
+        else
+            std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
 }
 
 /// Runs one attempt of a started task on worker `w` and concludes it (success here; failures
@@ -237,6 +255,8 @@ void SchedulerCore<Clock, Controller>::execute(std::uint32_t index, Worker& w, s
         note_destructor_error(r, a.destructor_error);
 
     auto s = r.state.load(std::memory_order_acquire);
+    if ((s & timeout_hook_bit) != 0) [[unlikely]]
+        s = await_timeout_hook(r);
     if (r.group != 0 && (s & cancel_requested_bit) == 0)
         dispatcher_.record_attempt(r.group, error == nullptr, end);
     if (error == nullptr) {

@@ -36,6 +36,8 @@ struct TaskTotals {
     std::atomic<std::uint64_t> subtasks{0};
     /// Tasks waiting for a retry now (a gauge).
     std::atomic<std::uint32_t> waiting_retry{0};
+    /// Tasks scheduled for later (SubmitOptions::delay / run_at) now (a gauge).
+    std::atomic<std::uint32_t> scheduled{0};
 
     /// Counts (delta 1) or un-counts (delta -1, a lost CAS) a terminal ending.
     void count_terminal(TaskState s, int delta) noexcept {

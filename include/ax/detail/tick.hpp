@@ -132,7 +132,11 @@ void SchedulerCore<Clock, Controller>::fire_due_retries(std::int64_t now) {
         TaskRecord& r = slab_->at(i);
         auto s = r.state.load(std::memory_order_acquire);
         bool back = false;
-        while ((s & state_mask) == static_cast<std::uint32_t>(TaskState::waiting_retry)) {
+        const auto waited = static_cast<TaskState>(s & state_mask);
+        // Its group place first: once the state says queued a cancel may give it back.
+        dispatcher_.requeued(r);
+        while ((s & state_mask) == static_cast<std::uint32_t>(TaskState::waiting_retry) ||
+               (s & state_mask) == static_cast<std::uint32_t>(TaskState::scheduled)) {
             if (r.state.compare_exchange_weak(
                     s, (s & ~state_mask) | static_cast<std::uint32_t>(TaskState::queued),
                     std::memory_order_acq_rel)) {
@@ -141,7 +145,8 @@ void SchedulerCore<Clock, Controller>::fire_due_retries(std::int64_t now) {
             }
         }
         if (back) {
-            totals_.waiting_retry.fetch_sub(1, std::memory_order_acq_rel);
+            (waited == TaskState::scheduled ? totals_.scheduled : totals_.waiting_retry)
+                .fetch_sub(1, std::memory_order_acq_rel);
             r.enqueue_ns.store(now, std::memory_order_relaxed);
             if ((r.flags & record_child) != 0) {
                 dispatcher_.push_child(i);
@@ -150,6 +155,7 @@ void SchedulerCore<Clock, Controller>::fire_due_retries(std::int64_t now) {
                 ++requeued;
             }
         } else {
+            dispatcher_.requeue_undone(r);
             retire(i, nullptr); // cancelled while waiting: a tombstone
         }
     }
@@ -168,13 +174,14 @@ void SchedulerCore<Clock, Controller>::check_drained() {
     // the next; see docs/design.md, shutdown).
     if (joins_.pending.load(std::memory_order_acquire) != 0)
         return;
-    if (queue_.length() != 0)
+    if (queue_.length() != 0 || dispatcher_.held_total() != 0)
         return;
     if (dispatcher_.children_queued() != 0)
         return;
     if (pool_.in_flight() != 0)
         return;
-    if (totals_.waiting_retry.load(std::memory_order_acquire) != 0)
+    if (totals_.waiting_retry.load(std::memory_order_acquire) != 0 ||
+        totals_.scheduled.load(std::memory_order_acquire) != 0)
         return;
     lifecycle_.mark_drained();
 }

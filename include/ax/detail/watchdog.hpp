@@ -72,7 +72,11 @@ void SchedulerCore<Clock, Controller>::watchdog(std::int64_t now) {
         const auto verdict = watchdog_verdict(
             s, r->timeout_ms, r->mark_ns.load(std::memory_order_relaxed), now, grace);
         if (verdict == WatchdogVerdict::time_out) {
-            if (r->state.compare_exchange_strong(s, s | timed_out_bit, std::memory_order_acq_rel))
+            // With an on_timeout hook the attempt's worker must not report the attempt's end
+            // before the hook ran: timeout_hook_bit holds it back (execute() waits it out).
+            const std::uint32_t bits =
+                timed_out_bit | (hooks_.hooks().on_timeout ? timeout_hook_bit : 0u);
+            if (r->state.compare_exchange_strong(s, s | bits, std::memory_order_acq_rel))
                 fire_timeout(*r, o.id, now);
         } else if (verdict == WatchdogVerdict::orphan) {
             orphan(*r, o, now);
@@ -94,6 +98,8 @@ void SchedulerCore<Clock, Controller>::fire_timeout(TaskRecord& r, TaskId id, st
         e.error_type = "ax::TaskTimedOut";
         e.error = message;
         hooks_.call(hooks.on_timeout, e);
+        // The worker may conclude the attempt now (release: the hook's effects come first).
+        r.state.fetch_and(~timeout_hook_bit, std::memory_order_release);
     }
 }
 
