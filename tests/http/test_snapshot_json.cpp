@@ -61,12 +61,13 @@ TEST_CASE("to_json renders every field of a real snapshot", "[http][json]") {
     const ax::MetricsSnapshot m = sched.metrics();
     const nlohmann::json j = ax::http::to_json(m);
 
-    CHECK(keys(j) == std::vector<std::string>{
-                         "average_duration_s", "controller", "cpu_utilization", "dead_letters",
-                         "drain_rate", "groups", "incoming_rate", "oldest_queued_age_s",
-                         "pending_joins", "queue_capacity", "queue_length", "queue_length_total",
-                         "queue_wait", "run_time", "slots", "subtasks_queued", "totals",
-                         "waiting_retry", "workers"});
+    CHECK(keys(j) ==
+          std::vector<std::string>{
+              "average_duration_s", "controller",     "cpu_utilization", "dead_letters",
+              "drain_rate",         "groups",         "incoming_rate",   "oldest_queued_age_s",
+              "pending_joins",      "queue_capacity", "queue_length",    "queue_length_total",
+              "queue_wait",         "run_time",       "scheduled",       "slots",
+              "subtasks_queued",    "totals",         "waiting_retry",   "workers"});
     CHECK(keys(j["queue_length"]) == std::vector<std::string>{"high", "low", "normal"});
     CHECK(keys(j["oldest_queued_age_s"]) == std::vector<std::string>{"high", "low", "normal"});
     CHECK(j["queue_capacity"] == m.queue_capacity);
@@ -107,7 +108,7 @@ TEST_CASE("to_json renders every field of a real snapshot", "[http][json]") {
     CHECK(g["limit"] == 2);
     CHECK(g["breaker_enabled"] == true);
     CHECK(g["breaker"] == "closed");
-    CHECK(g.size() == 9);
+    CHECK(g.size() == 11);
 
     for (const char* h : {"queue_wait", "run_time"}) {
         INFO(h);

@@ -47,6 +47,9 @@ struct JsonEventLogOptions {
 /// and each byte that is not part of valid UTF-8 is replaced by U+FFFD, so every line parses as
 /// JSON.
 ///
+/// The lines of one task follow its hooks' order (ax::Hooks): causal, its terminal event
+/// (`success` or `dead_letter`) last.
+///
 /// The log owns the mutex that guards the stream: a line is formatted outside it and written
 /// whole under it, so lines from several threads never interleave. The stream must not be
 /// written by anyone else meanwhile, and the log (and the stream) must outlive the scheduler

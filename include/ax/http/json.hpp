@@ -141,8 +141,8 @@ inline nlohmann::json to_json(const MetricsTotals& t) {
 }
 
 /// One group: id, name (any bytes; dump with snapshot_json_text() or
-/// `error_handler_t::replace`), limit, active, waiting, breaker_enabled, `breaker` ("closed",
-/// "open", "half_open"), recent_attempts, recent_failures.
+/// `error_handler_t::replace`), limit, active, waiting, queued, held, breaker_enabled, `breaker`
+/// ("closed", "open", "half_open"), recent_attempts, recent_failures.
 inline nlohmann::json to_json(const GroupSnapshot& g) {
     return {
         {"id", g.id.value},
@@ -150,6 +150,8 @@ inline nlohmann::json to_json(const GroupSnapshot& g) {
         {"limit", g.stats.limit},
         {"active", g.stats.active},
         {"waiting", g.stats.waiting},
+        {"queued", g.stats.queued},
+        {"held", g.stats.held},
         {"breaker_enabled", g.stats.breaker_enabled},
         {"breaker", detail::breaker_state_name(g.stats.breaker)},
         {"recent_attempts", g.stats.recent_attempts},
@@ -166,6 +168,7 @@ inline nlohmann::json to_json(const MetricsSnapshot& m) {
     j["queue_length_total"] = m.queue_length_total;
     j["queue_capacity"] = m.queue_capacity;
     j["waiting_retry"] = m.waiting_retry;
+    j["scheduled"] = m.scheduled;
     j["subtasks_queued"] = m.subtasks_queued;
     j["pending_joins"] = m.pending_joins;
     j["dead_letters"] = m.dead_letters;
