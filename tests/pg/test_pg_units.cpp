@@ -18,6 +18,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace d = ax::pg::detail;
@@ -25,22 +26,11 @@ using d::Step;
 
 namespace {
 
-/// The elements of a binary int8[] parameter.
+/// The elements of a binary int8[] parameter (wire.hpp's decoder).
 std::vector<std::int64_t> int8s(d::BinaryArray& a) {
-    const char* p = a.data();
-    const int len = a.length();
-    std::vector<std::int64_t> out;
-    if (d::be32(p) == 0) // no dimensions: empty
-        return out;
-    const auto n = d::be32(p + 12);
-    int at = 20;
-    for (std::int32_t i = 0; i < n; ++i) {
-        REQUIRE(d::be32(p + at) == 8);
-        out.push_back(d::be64(p + at + 4));
-        at += 12;
-    }
-    REQUIRE(at == len);
-    return out;
+    auto v = d::decode_int8_array(std::string_view(a.data(), static_cast<std::size_t>(a.length())));
+    REQUIRE(v.has_value());
+    return *v;
 }
 
 class FakeRows final : public d::ClaimRows {
@@ -443,7 +433,8 @@ TEST_CASE("round trips: a failed acknowledgement keeps the batch and its slots",
         for (std::uint32_t idx : h.posted)
             h.finish(idx);
         h.links[0].failing[failing] = d::Reply::failed;
-        h.links[0].failing[Step::close] = failing == Step::ack ? d::Reply::aborted : d::Reply::failed;
+        h.links[0].failing[Step::close] =
+            failing == Step::ack ? d::Reply::aborted : d::Reply::failed;
         REQUIRE(h.send_acks(0));
         REQUIRE(h.links[0].closes == std::vector<std::int64_t>{400});
         REQUIRE_THROWS_AS(h.trips.read(0, h.links[0], false), ax::pg::Error);

@@ -11,6 +11,7 @@
 // defined by the migrations in ../schema.hpp.
 
 #include "../detail/pipeline.hpp"
+#include "../detail/wire.hpp"
 #include "../schema.hpp"
 
 #include <array>
@@ -20,12 +21,6 @@
 #include <string_view>
 
 namespace ax::pg::sql {
-
-/// Type OIDs of the node's statement parameters (pg_type.h).
-namespace node_oid {
-inline constexpr std::uint32_t int4 = 23, int8 = 20, text_array = 1009, bool_array = 1000,
-                               int8_array = 1016;
-} // namespace node_oid
 
 /// The prepared statements' names.
 inline constexpr const char* claim_name = "ax_claim";
@@ -63,12 +58,13 @@ inline void prepare_node_statements(detail::Pipeline& p) {
     // statements are all prepared and index-driven, so the generic plan is the right one
     // from the first call.
     p.connection().exec("SET plan_cache_mode = force_generic_plan");
-    using namespace node_oid;
+    namespace oid = detail::oid;
+    using oid::int4, oid::int8, oid::text_array, oid::int8_array;
     p.prepare(claim_name, detail::claim_sql,
               std::array{int8, text_array, text_array, int8, int8, int8, int8});
     p.prepare(ack_name, detail::ack_sql, std::array{int8, int8_array});
     p.prepare(fail_name, fail_sql,
-              std::array{int8, int8_array, text_array, bool_array, int8_array});
+              std::array{int8, int8_array, text_array, oid::boolean_array, int8_array});
     p.prepare(close_name, close_sql, std::array{int8, int8, int4, int8});
     p.prepare(renew_name, renew_sql, std::array{int8, int8_array, int8});
     p.prepare(release_name, release_sql, std::array{int8, int8_array});
