@@ -78,10 +78,6 @@ class Driver {
         links_.resize(opt.connections);
     }
 
-    /// The local depth the planner steers toward, and below which workers wake the driver.
-    [[nodiscard]] std::uint32_t low_watermark() const noexcept {
-        return planner_.settings().low_watermark;
-    }
     /// True once run() returned.
     [[nodiscard]] bool done() const noexcept { return done_.load(); }
 
