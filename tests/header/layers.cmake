@@ -40,19 +40,27 @@ set(AX_HEADER_LAYERS
 
 # ax::pg (include/ax/pg/, libpq). 20: std and core only (the wire formats, the client-facing
 # types, each migration's SQL, the node's vocabulary and lanes); 21: what renders or lists them;
-# 22: libpq plumbing and the migration runner; 23: the client's typed statements; 24: the two
-# programs' sides, Client and Node (neither includes the other); 25: Node's member definitions,
-# filed by role; 26: the umbrella.
+# 22: libpq plumbing and the migration runner; 23: the client's typed statements and the
+# pipeline wrapper; 24: Client, and the node's typed statements; 25-29: Node's owners (below);
+# 30: Node (it does not include Client, nor Client it); 31: the umbrella.
 set(AX_PG_HEADER_LAYERS
     pg/detail/wire.hpp=20 pg/types.hpp=20 pg/node_options.hpp=20 pg/detail/lanes.hpp=20
     pg/sql/migrations/v1.hpp=20 pg/sql/migrations/v2.hpp=20 pg/sql/migrations/v3.hpp=20
-    pg/sql/migrations/v4.hpp=20
-    pg/schema.hpp=21 pg/json.hpp=21 pg/prometheus.hpp=21
+    pg/sql/migrations/v4.hpp=20 pg/detail/node_slots.hpp=20 pg/detail/node_waker.hpp=20
+    pg/schema.hpp=21 pg/json.hpp=21 pg/prometheus.hpp=21 pg/detail/node_planner.hpp=21
+    pg/detail/node_counters.hpp=21
     pg/connection.hpp=22
-    pg/sql/client.hpp=23 pg/sql/enqueue.hpp=23
-    pg/client.hpp=24 pg/node.hpp=24
-    pg/detail/node_batches.hpp=25 pg/detail/node_driver.hpp=25 pg/detail/node_round_trip.hpp=25
-    pg/pg.hpp=26)
+    pg/sql/client.hpp=23 pg/sql/enqueue.hpp=23 pg/detail/pipeline.hpp=23
+    pg/client.hpp=24 pg/sql/node_statements.hpp=24
+    # Node's owners, bottom up: the link interface, the schedule, the ledger and the real link,
+    # the flights, the round trips, the driver, and the facade.
+    pg/detail/node_link.hpp=25 pg/detail/node_maintenance.hpp=25
+    pg/detail/pg_link.hpp=26 pg/detail/node_ledger.hpp=26
+    pg/detail/node_flights.hpp=27
+    pg/detail/node_round_trip.hpp=28
+    pg/detail/node_driver.hpp=29
+    pg/node.hpp=30
+    pg/pg.hpp=31)
 
 # ax::http (include/ax/http/, cpp-httplib and nlohmann-json). 20: std and core only; 21: the
 # server that serves them.
@@ -62,7 +70,5 @@ set(AX_HTTP_HEADER_LAYERS
 
 # Parts: PARENT>PART lets PARENT include PART although PART's layer is higher, because PART is
 # a piece of PARENT's definition that PARENT includes at its end (PART includes PARENT first, so
-# it compiles on its own). Node's member definitions are filed this way.
-set(AX_HEADER_PARTS
-    pg/node.hpp>pg/detail/node_batches.hpp pg/node.hpp>pg/detail/node_driver.hpp
-    pg/node.hpp>pg/detail/node_round_trip.hpp)
+# it compiles on its own). None is left: Node's pieces are owners of their own, included one way.
+set(AX_HEADER_PARTS)

@@ -4,8 +4,8 @@
 // How a node sizes and splits its claims, split out of node.hpp because it is pure arithmetic
 // (no connection, no threads) that tests/pg exercises directly: the batch-size PID, the
 // deficit-round-robin lane splitter, what the node knows of each lane between claims (LaneBook)
-// and the per-lane token bucket. ax::pg::Node owns one of each (three buckets) and consults them
-// in want_claim() (detail/node_round_trip.hpp) and take_claim() (detail/node_batches.hpp).
+// and the per-lane token bucket. The node's ClaimPlanner (node_planner.hpp) owns one of each
+// (three buckets) and consults them in plan() before a claim and claim_read() after it.
 
 #include <algorithm>
 #include <array>

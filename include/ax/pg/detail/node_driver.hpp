@@ -1,319 +1,472 @@
 // ax — Adaptive eXchange Scheduler. SPDX-License-Identifier: MIT
 #pragma once
 
-// ax::pg::Node's driver thread, split out of node.hpp by role: the loop that connects (with
-// back-off), runs cycle() until the node is done and leaves; preparing the statements and
-// registering the node; NOTIFY handling (wake-ups, cross-node cancels); and the sleeps between
-// round trips (poll on the connection and the wake eventfd). Driver thread only.
-// Defines members of the class in ../node.hpp, which includes this file at its end; including
-// ../node.hpp here first keeps this header self-contained.
+// The node's driver thread: its loop connects (with jittered back-off), runs cycle() until the
+// node is done, and leaves. Each cycle reads NOTIFY (wake-ups, cross-node cancels), collects
+// finished slots into the ledger, sends a round trip on a free link when one is worth it
+// (deciding what it carries from the schedule and the claim planner), reads the oldest back, and
+// sleeps on the primary link and the waker when nothing is due. It owns the links, the ledger,
+// the planner, the round trips, the schedule and the vacuum; the slot table, counters and waker
+// are the node's (shared with the workers). Driver thread only, except done() (any thread).
 
-#include "../node.hpp"
+#include "../../retry.hpp"
+#include "../node_options.hpp"
+#include "node_counters.hpp"
+#include "node_ledger.hpp"
+#include "node_maintenance.hpp"
+#include "node_planner.hpp"
+#include "node_round_trip.hpp"
+#include "node_slots.hpp"
+#include "node_waker.hpp"
+#include "pg_link.hpp"
 
-namespace ax::pg {
+#include <algorithm>
+#include <atomic>
+#include <charconv>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <string>
+#include <unistd.h>
+#include <vector>
 
-inline void Node::drive() {
-    std::uint32_t failures = 0;
-    std::mt19937_64 rng(std::random_device{}());
-    // Jittered exponential back-off between connection attempts, capped at reconnect_max, so a
-    // restarted server is not met by every node at the same instant.
-    const auto back_off = [&] {
-        const auto d = std::min<std::chrono::nanoseconds>(
-            retry_delay(opt_.reconnect_base, opt_.reconnect_base, failures + 1,
-                        std::uniform_real_distribution<double>(0, 1)(rng)),
-            opt_.reconnect_max);
-        sleep_for(std::chrono::duration_cast<std::chrono::milliseconds>(d));
+namespace ax::pg::detail {
+
+class Driver {
+  public:
+    using Clock = std::chrono::steady_clock;
+
+    /// What the driver needs from the node's local workers.
+    struct Workers {
+        /// Posts a queued slot (see RoundTrips::Hooks::post).
+        std::function<bool(std::uint32_t idx, std::uint64_t gen, std::chrono::milliseconds)> post;
+        /// Requests the stop of a running local task.
+        std::function<void(TaskId)> cancel;
     };
-    while (true) {
-        bool linked = conn_.ok();
-        for (auto& c : more_conns_)
-            linked = linked && c.ok();
-        if (!linked) {
-            if (stopping_.load() && stop_deadline_passed())
-                break;
-            try {
-                drop_links();
-                connect();
-                if (failures > 0) {
-                    reconnects_.fetch_add(1);
-                    event("reconnected after " + std::to_string(failures) + " failed attempt(s)");
+
+    Driver(const NodeOptions& opt, std::string host, const std::vector<std::string>& kinds,
+           SlotTable& slots, Counters& counters, Waker& waker, const std::atomic<bool>& stopping,
+           Workers workers)
+        : opt_(opt), host_(std::move(host)), kinds_(kinds), slots_(slots), counters_(counters),
+          waker_(waker), stopping_(stopping), workers_(std::move(workers)), ledger_(slots),
+          trips_(slots, ledger_, planner_, counters),
+          schedule_(opt.lease, opt.maintenance_interval, opt.poll_interval, opt.stop_grace) {
+        const Config& cfg = opt.scheduler;
+        const std::uint32_t capacity = slots.capacity();
+        ClaimPlanner::Settings ps;
+        ps.target = opt.target_depth != 0 ? std::min(opt.target_depth, capacity) : capacity;
+        ps.low_watermark = std::max(1u, ps.target / 2);
+        ps.max_batch = opt.max_batch;
+        ps.weights = {cfg.weight_high, cfg.weight_normal, cfg.weight_low};
+        ps.max_wait_ms =
+            std::chrono::duration_cast<std::chrono::milliseconds>(cfg.max_wait).count();
+        ps.rate_per_s = opt.rate_per_s;
+        ps.burst = opt.burst;
+        planner_.init(ps, Clock::now());
+        ledger_.set_retry(cfg.retry_base_delay, cfg.retry_jitter);
+        RoundTrips::Settings rs;
+        rs.lease_ms = opt.lease.count();
+        rs.retention_ms = opt.history_retention.count();
+        rs.prune_batch = opt.prune_batch;
+        rs.ack_batch = opt.ack_batch;
+        RoundTrips::Hooks hooks;
+        hooks.event = [this](const std::string& s) { event(s); };
+        hooks.post = workers_.post;
+        hooks.maintained = [this](const sql::MaintainReport& m) { on_maintain(m); };
+        trips_.init(opt.connections, rs, kinds, opt.tags, std::move(hooks));
+        links_.resize(opt.connections);
+    }
+
+    /// True once run() returned.
+    [[nodiscard]] bool done() const noexcept { return done_.load(); }
+
+    /// The thread's body.
+    void run() {
+        std::uint32_t failures = 0;
+        std::mt19937_64 rng(std::random_device{}());
+        // Jittered exponential back-off between connection attempts, capped at reconnect_max,
+        // so a restarted server is not met by every node at the same instant.
+        const auto back_off = [&] {
+            const auto d = std::min<std::chrono::nanoseconds>(
+                retry_delay(opt_.reconnect_base, opt_.reconnect_base, failures + 1,
+                            std::uniform_real_distribution<double>(0, 1)(rng)),
+                opt_.reconnect_max);
+            waker_.sleep_for(std::chrono::duration_cast<std::chrono::milliseconds>(d));
+        };
+        while (true) {
+            if (!linked()) {
+                if (stopping_.load() && schedule_.stop_deadline_passed(Clock::now()))
+                    break;
+                try {
+                    drop_links();
+                    connect();
+                    if (failures > 0) {
+                        Counters::bump(counters_.reconnects);
+                        event("reconnected after " + std::to_string(failures) +
+                              " failed attempt(s)");
+                    }
+                    failures = 0;
+                } catch (const std::exception& e) {
+                    drop_links();
+                    ++failures;
+                    if (failures == 1)
+                        event(std::string("connection lost, retrying: ") + e.what());
+                    back_off();
+                    continue;
                 }
-                failures = 0;
+            }
+            try {
+                if (!cycle())
+                    break;
             } catch (const std::exception& e) {
+                // The link broke, or a statement failed on a healthy one: drop the link and
+                // start over after a back-off, keeping every result for the next attempt
+                // (nothing is lost).
+                event(std::string("connection lost or statement failed: ") + e.what());
                 drop_links();
                 ++failures;
-                if (failures == 1)
-                    event(std::string("connection lost, retrying: ") + e.what());
                 back_off();
-                continue;
             }
         }
+        // Leave: the row goes, so status no longer lists this node.
         try {
-            if (!cycle())
+            if (links_[0].ok() && trips_.node() != 0) {
+                links_[0].pipeline().leave();
+                sql::leave(links_[0].pipeline().connection(), trips_.node());
+            }
+        } catch (const std::exception&) {
+        }
+        drop_links();
+        vacuum_.close();
+        done_.store(true);
+    }
+
+  private:
+    // ------------------------------------------------------------------ one cycle
+    /// One step: send a round trip on a free link when one is worth it, read the oldest one
+    /// back when no link is free for the next or nothing else was sent, sleep when none is in
+    /// flight and nothing is due. Returns false when the node is done.
+    bool cycle() {
+        FlightSet& flights = trips_.flights();
+        // Notifications arrive on the primary link; read them while it carries no round trip.
+        if (!flights[0].busy)
+            process_notifications();
+        poll_vacuum();
+        collect_done();
+        const auto now = Clock::now();
+        if (schedule_.poll_due(now))
+            planner_.wake_lanes(); // delayed tasks and retries came due without a notification
+        const bool stopping = stopping_.load();
+        if (stopping && !handed_back_)
+            hand_back_unstarted();
+
+        // Send on the next free link, round robin (so the links take turns and each one's
+        // backend works while the node reads the other's results).
+        const std::size_t n = flights.size();
+        const std::size_t li = flights.next_free();
+        bool sent = false;
+        if (li < n)
+            sent = send(li, now, stopping, flights.busy() > 0);
+        // Read the oldest round trip back when no link is left for the next one, or when
+        // nothing else was worth sending meanwhile.
+        const std::size_t busy = flights.busy();
+        if (busy > 0 && (busy == n || !sent)) {
+            const std::size_t oldest = flights.oldest_busy();
+            trips_.read(oldest, links_[oldest], stopping);
+        }
+
+        if (stopping) {
+            if (flights.busy() == 0 && slots_.depth() == 0 && slots_.pending_done() == 0 &&
+                !ledger_.pending() && ledger_.all_closed())
+                return false;
+            if (schedule_.stop_deadline_passed(Clock::now())) {
+                drain();
+                return false;
+            }
+        }
+        if (trips_.need_register()) {
+            drain();
+            trips_.take_need_register();
+            Pipeline& p = links_[0].pipeline();
+            p.leave();
+            register_node();
+            p.enter();
+        }
+        if (flights.busy() > 0)
+            return true; // the next cycle reads it (or sends beside it): no sleep
+        // Sleep unless another round trip is worth it right away: a full claim with room left
+        // (a backlog), or a full set of results to acknowledge.
+        const bool backlog = trips_.last_sent_claim() && planner_.last_claim_full() &&
+                             slots_.depth() < planner_.settings().target;
+        if (!backlog && slots_.pending_done() < opt_.ack_batch && !ledger_.pending())
+            wait_for_work();
+        return true;
+    }
+
+    /// Decides what link `li`'s round trip carries and sends it (RoundTrips::send).
+    bool send(std::size_t li, Clock::time_point now, bool stopping, bool others_busy) {
+        FlightPlan plan;
+        plan.renew = li == 0 && schedule_.renew_due(now);
+        plan.maintain = li == 0 && !stopping && schedule_.maintain_due(now);
+        plan.claim = !stopping && planner_.plan(now, slots_.depth(),
+                                                slots_.free_count() + ledger_.pending_slots(),
+                                                trips_.flights().promised(), plan.quota);
+        if (!trips_.send(li, links_[li], plan, others_busy))
+            return false;
+        if (plan.renew)
+            schedule_.renew_sent(now);
+        if (plan.maintain)
+            schedule_.maintain_sent(now);
+        return true;
+    }
+
+    void drain() {
+        trips_.drain([this](std::size_t li) -> Link& { return links_[li]; }, stopping_.load());
+    }
+
+    /// Finished slots go into the ledger (their results pending).
+    void collect_done() {
+        slots_.take_done(done_local_);
+        for (std::uint32_t idx : done_local_) {
+            switch (slots_[idx].outcome) {
+            case ok:
+                Counters::bump(counters_.succeeded);
                 break;
-        } catch (const std::exception& e) {
-            // The link broke, or a statement failed on a healthy one: drop the link and
-            // start over after a back-off, keeping every result for the next attempt
-            // (nothing is lost).
-            event(std::string("connection lost or statement failed: ") + e.what());
-            drop_links();
-            ++failures;
-            back_off();
+            case cancelled_outcome:
+                Counters::bump(counters_.cancelled);
+                break;
+            case failed:
+            case permanent:
+                Counters::bump(counters_.failed);
+                break;
+            }
+            ledger_.settle(idx);
+        }
+        done_local_.clear();
+    }
+
+    /// stop(): every slot still queued locally goes back to the database at once.
+    void hand_back_unstarted() {
+        handed_back_ = true;
+        auto lock = slots_.lock_local();
+        for (std::uint32_t i = 0; i < slots_.capacity(); ++i) {
+            Slot& s = slots_[i];
+            if (s.phase() != queued || !slots_.hand_back(i, s.generation()))
+                continue;
+            Counters::bump(counters_.released);
+            slots_.unqueued_one();
+            ledger_.settle(i);
         }
     }
-    // Leave: the row goes, so status no longer lists this node.
-    try {
-        if (conn_.ok() && node_id_ != 0) {
-            PQexitPipelineMode(conn_.get());
-            const std::string id = std::to_string(node_id_);
-            conn_.exec_params("DELETE FROM ax.nodes WHERE id = $1 AND NOT EXISTS "
-                              "(SELECT 1 FROM ax.batches WHERE node_id = $1)",
-                              {id.c_str()});
+
+    // ------------------------------------------------------------------ links
+    [[nodiscard]] bool linked() const noexcept {
+        for (auto& l : links_)
+            if (!l.ok())
+                return false;
+        return true;
+    }
+
+    /// Closes every link; the results of every unread round trip go back to pending.
+    void drop_links() noexcept {
+        trips_.drop();
+        for (auto& l : links_)
+            l.close();
+    }
+
+    void connect() {
+        links_[0] = PgLink::open(opt_.conninfo, true);
+        for (std::size_t i = 1; i < links_.size(); ++i)
+            links_[i] = PgLink::open(opt_.conninfo, false);
+        register_node();
+        sql::listen_wake(links_[0].pipeline().connection());
+        links_[0].pipeline().enter();
+        planner_.wake_lanes();
+        schedule_.connected(Clock::now());
+    }
+
+    /// Renews the node's row if the database still has it, else registers a new one (its old
+    /// batches were reclaimed: the local copies become stale).
+    void register_node() {
+        Connection& c = links_[0].pipeline().connection();
+        if (trips_.node() != 0) {
+            BinaryArray ids(BinaryArray::int8_oid);
+            ledger_.held_ids(ids);
+            if (sql::renew_node(c, trips_.node(), ids, opt_.lease.count())) {
+                sql::listen_node(c, trips_.node());
+                return;
+            }
+            event("node #" + std::to_string(trips_.node()) +
+                  " was reclaimed while away; registering again");
+            ledger_.forget_all();
         }
-    } catch (const std::exception&) {
+        BinaryArray kinds(BinaryArray::text_oid), tags(BinaryArray::text_oid);
+        for (auto& k : kinds_)
+            kinds.add_bytes(k);
+        for (auto& t : opt_.tags)
+            tags.add_bytes(t);
+        const std::int64_t id =
+            sql::register_node(c, {opt_.name, kinds, tags, host_,
+                                   static_cast<std::int64_t>(getpid()), opt_.lease.count()});
+        trips_.set_node(id);
+        counters_.node_id.store(id);
+        sql::listen_node(c, id);
     }
-    drop_links();
-    vacuum_conn_.close();
-    driver_done_.store(true);
-}
 
-inline void Node::start_vacuum() {
-    try {
-        if (!vacuum_conn_.ok())
-            vacuum_conn_ = detail::Connection::open(opt_.conninfo);
-        // SKIP_LOCKED: when another node's (or autovacuum's) pass is running, skip this one.
-        // TRUNCATE false: giving the file's empty tail back needs an exclusive lock that a busy
-        // queue's claims never leave free (the pass would retry for seconds); autovacuum's
-        // passes still truncate.
-        if (PQsendQuery(vacuum_conn_.get(), "VACUUM (SKIP_LOCKED, TRUNCATE false) ax.tasks") != 1)
-            throw ConnectionError("ax::pg: vacuum: " + vacuum_conn_.error_message());
-        vacuum_running_ = true;
-        vacuum_started_ = Clock::now();
-        vacuums_.fetch_add(1, std::memory_order_relaxed);
-    } catch (const std::exception& e) {
-        vacuum_conn_.close();
-        event(std::string("could not start VACUUM of ax.tasks: ") + e.what());
-    }
-}
-
-inline void Node::poll_vacuum() {
-    if (!vacuum_running_)
-        return;
-    PGconn* v = vacuum_conn_.get();
-    if (PQconsumeInput(v) != 1) {
-        event("VACUUM of ax.tasks: connection lost: " + vacuum_conn_.error_message());
-        vacuum_conn_.close();
-        vacuum_running_ = false;
-        return;
-    }
-    while (PQisBusy(v) == 0) {
-        detail::Result r(PQgetResult(v));
-        if (r.get() == nullptr) {
-            // Done: look again at once, so that under heavy churn passes follow each other
-            // (each one short, on a small table) rather than leaving a maintenance interval
-            // of dead rows to pile up; but never start passes closer than vacuum_min_period,
-            // so a pass skipped at once (SKIP_LOCKED while autovacuum runs) does not loop.
-            vacuum_running_ = false;
-            next_maintain_ = std::min(next_maintain_,
-                                      std::max(Clock::now(), vacuum_started_ + vacuum_min_period));
-            return;
-        }
-        if (r.status() != PGRES_COMMAND_OK)
-            event(std::string("VACUUM of ax.tasks failed: ") + PQresultErrorMessage(r.get()));
-    }
-}
-
-inline bool Node::stop_deadline_passed() {
-    if (stop_deadline_ == Clock::time_point{})
-        stop_deadline_ = Clock::now() + opt_.stop_grace;
-    return Clock::now() >= stop_deadline_;
-}
-
-inline void Node::sleep_for(std::chrono::milliseconds d) {
-    pollfd p{wake_fd_, POLLIN, 0};
-    ::poll(&p, 1, static_cast<int>(std::max<std::int64_t>(1, d.count())));
-    drain_wake();
-}
-
-inline void Node::drain_wake() noexcept {
-    std::uint64_t v;
-    while (::read(wake_fd_, &v, sizeof v) > 0) {
-    }
-}
-
-inline void Node::connect() {
-    conn_ = detail::Connection::open(opt_.conninfo);
-    detail::require_schema(conn_);
-    for (auto& m : more_conns_)
-        m = detail::Connection::open(opt_.conninfo);
-    struct P {
-        const char* name;
-        const char* sql;
-        std::vector<Oid> types;
-    };
-    const P stmts[] = {
-        {"ax_claim", detail::claim_sql, {20, 1009, 1009, 20, 20, 20, 20}},
-        {"ax_ack", detail::ack_sql, {20, 1016}},
-        {"ax_fail", "SELECT ax.fail_tasks($1, $2, $3, $4, $5)", {20, 1016, 1009, 1000, 1016}},
-        {"ax_close", "SELECT ax.close_batch($1, $2, $3, $4)", {20, 20, 23, 20}},
-        {"ax_renew", "SELECT ax.renew($1, $2, $3)", {20, 1016, 20}},
-        {"ax_release", "SELECT ax.release($1, $2)", {20, 1016}},
-        {"ax_maintain",
-         "SELECT got_lock, reclaimed_batches, reclaimed_nodes, requeued, dead, pruned, "
-         "next_expiry_ms, dead_rows FROM ax.maintain($1, $2)",
-         {20, 23}},
-    };
-    const auto prepare = [&](detail::Connection& conn) {
-        // The claim's first five executions would otherwise be planned for their parameters,
-        // where PostgreSQL (no statistics for `tags <@`) guesses ~0.5 % of rows match and
-        // chooses a full scan and sort: 130-170 ms per claim instead of ~8 ms with the generic
-        // plan that uses the partial claim index (bench/pg/explain-claim.sh). The node's
-        // statements are all prepared and index-driven, so the generic plan is the right one
-        // from the first call.
-        conn.exec("SET plan_cache_mode = force_generic_plan");
-        for (const P& st : stmts)
-            conn.check(
-                detail::Result(PQprepare(conn.get(), st.name, st.sql,
-                                         static_cast<int>(st.types.size()), st.types.data())),
-                st.sql);
-    };
-    prepare(conn_);
-    for (auto& m : more_conns_) {
-        prepare(m);
-        if (PQenterPipelineMode(m.get()) != 1)
-            throw ConnectionError("ax::pg: cannot enter pipeline mode: " + m.error_message());
-    }
-    PGconn* c = conn_.get();
-    register_node();
-    conn_.exec("LISTEN ax_wake");
-    if (PQenterPipelineMode(c) != 1)
-        throw ConnectionError("ax::pg: cannot enter pipeline mode: " + conn_.error_message());
-    wake_lanes();
-    next_renew_ = Clock::now() + opt_.lease / 3;
-    next_maintain_ = Clock::now();
-}
-
-inline void Node::register_node() {
-    if (node_id_ != 0) {
-        detail::BinaryArray ids(detail::BinaryArray::int8_oid);
-        collect_batch_ids(ids);
-        const std::string id = std::to_string(node_id_), lease = std::to_string(opt_.lease.count());
-        const char* values[3] = {id.c_str(), ids.data(), lease.c_str()};
-        int lengths[3] = {0, ids.length(), 0};
-        int formats[3] = {0, 1, 0};
-        detail::Result r =
-            conn_.exec_raw("SELECT ax.renew($1, $2, $3)", 3, values, lengths, formats, 0);
-        if (r.boolean(0, 0)) {
-            conn_.exec(("LISTEN ax_node_" + id).c_str());
-            return;
-        }
-        event("node #" + id + " was reclaimed while away; registering again");
-        for (auto& b : batches_)
-            if (b.in_use)
-                b.stale = true;
-    }
-    detail::BinaryArray kinds(detail::BinaryArray::text_oid), tags(detail::BinaryArray::text_oid);
-    for (auto& k : kinds_)
-        kinds.add_bytes(k);
-    for (auto& t : opt_.tags)
-        tags.add_bytes(t);
-    const std::string pid = std::to_string(getpid()), lease = std::to_string(opt_.lease.count());
-    const char* values[6] = {opt_.name.c_str(), kinds.data(), tags.data(),
-                             host_.c_str(),     pid.c_str(),  lease.c_str()};
-    int lengths[6] = {0, kinds.length(), tags.length(), 0, 0, 0};
-    int formats[6] = {0, 1, 1, 0, 0, 0};
-    detail::Result r = conn_.exec_raw(
-        "INSERT INTO ax.nodes (name, kinds, tags, host, pid, lease_until) VALUES "
-        "($1, $2, $3, $4, $5, now() + $6::int8 * interval '1 millisecond') RETURNING id",
-        6, values, lengths, formats, 0);
-    node_id_ = r.int64(0, 0);
-    node_id_pub_.store(node_id_);
-    conn_.exec(("LISTEN ax_node_" + std::to_string(node_id_)).c_str());
-}
-
-inline void Node::collect_batch_ids(detail::BinaryArray& ids) {
-    ids.clear();
-    for (auto& b : batches_)
-        if (b.in_use && !b.stale)
-            ids.add_int64(b.db_id);
-}
-
-inline void Node::process_notifications() {
-    PGconn* c = conn_.get();
-    if (PQconsumeInput(c) != 1)
-        throw ConnectionError("ax::pg: connection lost: " + conn_.error_message());
-    while (PGnotify* n = PQnotifies(c)) {
-        const std::string_view channel(n->relname);
-        if (channel == "ax_wake") {
-            wake_lanes();
-        } else {
+    void process_notifications() {
+        Pipeline& p = links_[0].pipeline();
+        if (!p.consume())
+            throw ConnectionError("ax::pg: connection lost: " + p.error_message());
+        p.notifications([this](std::string_view channel, std::string_view extra) {
+            if (channel == sql::wake_channel) {
+                planner_.wake_lanes();
+                return;
+            }
             std::int64_t id = 0;
-            const char* e = n->extra + std::strlen(n->extra);
-            if (std::from_chars(n->extra, e, id).ec == std::errc())
+            if (std::from_chars(extra.data(), extra.data() + extra.size(), id).ec == std::errc())
                 cancel_local(id);
+        });
+    }
+
+    /// A cross-node cancel: stop the local task (its stop token) or keep it from starting.
+    void cancel_local(std::int64_t id) {
+        auto lock = slots_.lock_local();
+        for (std::uint32_t i = 0; i < slots_.capacity(); ++i) {
+            Slot& s = slots_[i];
+            const Phase phase = s.phase();
+            if (s.id != id || (phase != queued && phase != running_phase))
+                continue;
+            s.cancel.store(true);
+            if (s.phase() == running_phase)
+                workers_.cancel(s.local);
+            event("cancel requested for task " + std::to_string(id));
+            return;
         }
-        PQfreemem(n);
     }
-}
 
-inline void Node::cancel_local(std::int64_t id) {
-    std::lock_guard lock(local_mutex_);
-    for (std::uint32_t i = 0; i < capacity_; ++i) {
-        Slot& s = slots_[i];
-        const std::uint64_t w = s.word.load();
-        const auto phase = w & 0xff;
-        if (s.id != id || (phase != queued && phase != running_phase))
-            continue;
-        s.cancel.store(true);
-        if ((s.word.load() & 0xff) == running_phase)
-            sched_->cancel(s.local);
-        event("cancel requested for task " + std::to_string(id));
-        return;
+    // ------------------------------------------------------------------ sleeping
+    void wait_for_work() {
+        const auto now = Clock::now();
+        auto until = std::min(schedule_.next_renew(), now + opt_.poll_interval);
+        const bool stopping = stopping_.load();
+        if (!stopping)
+            until = std::min(until, schedule_.next_maintain());
+        for (std::size_t p = 0; p < 3; ++p)
+            if (planner_.bucket_wait(p).count() > 0)
+                until = std::min(until, now + planner_.bucket_wait(p));
+        if (slots_.pending_done() > 0)
+            until = std::min(until, now + opt_.ack_delay);
+        if (stopping)
+            until = std::min(until, now + std::chrono::milliseconds(5));
+        until = std::min(until, schedule_.next_poll());
+        // A claim the empty-claim floor holds back is due when the floor ends.
+        const auto floor_end = planner_.floor_end();
+        if (floor_end > now && room_to_claim())
+            until = std::min(until, floor_end);
+        poll_until(until);
     }
-}
 
-inline void Node::wait_for_work() {
-    auto now = Clock::now();
-    auto until = std::min(next_renew_, now + opt_.poll_interval);
-    if (!stopping_.load())
-        until = std::min(until, next_maintain_);
-    for (auto& b : buckets_)
-        if (b.wait().count() > 0)
-            until = std::min(until, now + b.wait());
-    if (pending_done() > 0)
-        until = std::min(until, now + opt_.ack_delay);
-    if (stopping_.load())
-        until = std::min(until, now + std::chrono::milliseconds(5));
-    until = std::min(until, next_poll_);
-    // A claim the empty-claim floor holds back is due when the floor ends.
-    const auto floor_end = claim_floor_end();
-    if (floor_end > now && depth_.load() <= low_watermark_ && !free_.empty() && lane_with_work())
-        until = std::min(until, floor_end);
-    poll_until(until);
-}
-
-inline void Node::poll_until(Clock::time_point until) {
-    const auto ms =
-        std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
-    if (ms <= 0)
-        return;
-    // Refill on demand: a worker wakes us when the local queue runs low or results pile up.
-    // Claim at once instead of sleeping only while some lane is thought to hold work (a lane
-    // known empty waits for NOTIFY or the poll) and no empty claim's floor holds it back: an
-    // idle node must not loop on claims that find nothing.
-    sleeping_.store(true, std::memory_order_release);
-    if (depth_.load() <= low_watermark_ && !free_.empty() && lane_with_work() &&
-        Clock::now() >= claim_floor_end()) {
-        sleeping_.store(false);
-        claim_now_ = true;
-        return;
+    /// The local queue ran low, a slot is free and some lane may hold work.
+    [[nodiscard]] bool room_to_claim() const noexcept {
+        return slots_.depth() <= planner_.settings().low_watermark && slots_.free_count() > 0 &&
+               planner_.lane_with_work();
     }
-    pollfd p[2] = {{PQsocket(conn_.get()), POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-    ::poll(p, 2, static_cast<int>(ms));
-    sleeping_.store(false, std::memory_order_release);
-    drain_wake();
-    if (depth_.load() <= low_watermark_)
-        claim_now_ = claim_now_ || !empty_all();
-}
 
-} // namespace ax::pg
+    void poll_until(Clock::time_point until) {
+        const auto ms =
+            std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
+        if (ms <= 0)
+            return;
+        // Refill on demand: a worker wakes us when the local queue runs low or results pile
+        // up. Claim at once instead of sleeping only while some lane is thought to hold work
+        // (a lane known empty waits for NOTIFY or the poll) and no empty claim's floor holds it
+        // back: an idle node must not loop on claims that find nothing.
+        waker_.set_sleeping(true);
+        if (room_to_claim() && Clock::now() >= planner_.floor_end()) {
+            waker_.set_sleeping(false);
+            planner_.claim_soon();
+            return;
+        }
+        waker_.sleep_on(links_[0].pipeline().socket(), static_cast<int>(ms));
+        waker_.set_sleeping(false);
+        if (slots_.depth() <= planner_.settings().low_watermark && !planner_.all_empty())
+            planner_.claim_soon();
+    }
+
+    // ------------------------------------------------------------------ maintenance
+    void on_maintain(const sql::MaintainReport& m) {
+        if (m.next_expiry_ms)
+            schedule_.lease_ends_in(*m.next_expiry_ms, Clock::now());
+        if (!m.got_lock)
+            return;
+        // Every finished task leaves two dead row versions in ax.tasks (the claim's update,
+        // the acknowledgement's delete); autovacuum visits a database only once per naptime (a
+        // minute by default), so the maintenance node vacuums the table itself once enough
+        // piled up.
+        if (opt_.vacuum_dead_rows > 0 && !vacuum_.running() && m.dead_rows &&
+            *m.dead_rows >= static_cast<std::int64_t>(opt_.vacuum_dead_rows))
+            start_vacuum();
+        if (m.reclaimed_batches.size() > 2) {
+            const auto n = 1 + static_cast<std::size_t>(std::count(m.reclaimed_batches.begin(),
+                                                                   m.reclaimed_batches.end(), ','));
+            Counters::bump(counters_.reclaimed_batches, n);
+            Counters::bump(counters_.reclaimed_tasks,
+                           static_cast<std::uint64_t>(m.requeued + m.dead));
+            event("reclaimed expired batch(es) " + m.reclaimed_batches + " of node(s) " +
+                  m.reclaimed_nodes + ": " + std::to_string(m.requeued) +
+                  " task(s) back to pending, " + std::to_string(m.dead) + " dead-lettered");
+        }
+    }
+
+    void start_vacuum() {
+        const std::string err = vacuum_.start(opt_.conninfo);
+        if (err.empty())
+            Counters::bump(counters_.vacuums);
+        else
+            event("could not start VACUUM of ax.tasks: " + err);
+    }
+
+    void poll_vacuum() {
+        std::string err;
+        const Vacuum::Poll st = vacuum_.poll(err);
+        if (st == Vacuum::Poll::lost) {
+            event("VACUUM of ax.tasks: connection lost: " + err);
+            return;
+        }
+        if (!err.empty())
+            event("VACUUM of ax.tasks failed: " + err);
+        if (st == Vacuum::Poll::done) {
+            // Look again at once, so that under heavy churn passes follow each other (each one
+            // short, on a small table) rather than leaving a maintenance interval of dead rows
+            // to pile up; but never start passes closer than Vacuum::min_period, so a pass
+            // skipped at once (SKIP_LOCKED while autovacuum runs) does not loop.
+            schedule_.maintain_by(std::max(Clock::now(), vacuum_.started() + Vacuum::min_period));
+        }
+    }
+
+    void event(const std::string& what) {
+        if (opt_.on_event)
+            opt_.on_event(what);
+    }
+
+    const NodeOptions& opt_;
+    const std::string host_;
+    const std::vector<std::string>& kinds_;
+    SlotTable& slots_;
+    Counters& counters_;
+    Waker& waker_;
+    const std::atomic<bool>& stopping_;
+    Workers workers_;
+    std::vector<PgLink> links_; // link 0: registration, LISTEN, the idle sleep
+    BatchLedger ledger_;
+    ClaimPlanner planner_;
+    RoundTrips trips_;
+    Schedule schedule_;
+    Vacuum vacuum_;
+    std::vector<std::uint32_t> done_local_; // scratch of collect_done
+    bool handed_back_ = false;
+    std::atomic<bool> done_{false};
+};
+
+} // namespace ax::pg::detail
