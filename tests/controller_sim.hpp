@@ -25,10 +25,15 @@
 
 namespace ax_sim {
 
-/// One task: `cpu_s` of CPU first, then `blocked_s` asleep (IO).
+/// One task: `blocked_s` asleep (IO) and `cpu_s` of CPU, in that order when `block_first`
+/// (a request that waits for its data, then processes it), else CPU first. `mem` (0..1) is the
+/// memory intensity of the CPU part: the share of it that streams memory and so slows down as
+/// more tasks compute at once (Setup::memory_contention).
 struct Task {
     double cpu_s = 0.0;
     double blocked_s = 0.0;
+    double mem = 0.0;
+    bool block_first = false;
 };
 
 /// A task offered at time `t` (seconds).
@@ -70,6 +75,14 @@ struct Setup {
     /// On the development VM the mixed workload's workers (20 ms sleep + 3 ms CPU) each waited
     /// ~27 ms per task while the cores idled a third of the time; 0: none.
     double wake_latency_s = 0.0;
+    /// Memory-bandwidth contention: a task's CPU part needs 1 + mem x memory_contention x
+    /// (k - 1) times its solo CPU time while k tasks compute at once (in a CPU phase, on a core
+    /// or waiting for one: those time-sliced on a core evict each other's cache lines, and those
+    /// on the cores share the memory bus), k counted up to `memory_saturation` (past it the
+    /// caches are thrashed anyway). The extra time is CPU time (a stalled load is on the core),
+    /// so the CPU share the controller measures grows with the pool. 0: none.
+    double memory_contention = 0.0;
+    double memory_saturation = 16.0;
 };
 
 /// What a run measured.
@@ -84,6 +97,7 @@ struct Result {
     std::vector<double> busy_trace;                 ///< Busy workers at each tick.
     std::vector<std::uint32_t> target_trace;        ///< Target at each tick.
     std::vector<ax::ControllerReason> reason_trace; ///< Reason of the last round at each tick.
+    std::vector<ax::ControllerInput> input_trace;   ///< Inputs of the last round at each tick.
     double tick_s = 0.0;                            ///< Time between trace entries.
     bool finished = false;
 };
@@ -94,6 +108,8 @@ struct Worker {
     int task = -1; // index into the arrival list, -1 idle
     double cpu_left = 0.0;
     double blocked_left = 0.0;
+    double mem = 0.0;
+    bool block_first = false;
     double started = 0.0;
     double available_at = 0.0; // thread start cost
     // Kernel-style counters (ns) and the tick's cursor.
@@ -196,7 +212,12 @@ Result run(const Setup& s, const std::vector<Arrival>& arrivals, Policy& policy)
                 const Task& t = arrivals[static_cast<std::size_t>(w.task)].task;
                 w.cpu_left = t.cpu_s;
                 w.blocked_left = t.blocked_s;
-                w.wake_left = s.wake_latency_s;
+                w.mem = t.mem;
+                w.block_first = t.block_first && t.blocked_s > 0.0;
+                // A woken thread's latency comes after a sleep: at the start of a task that
+                // computes first and then sleeps (its worker woke from the last one's sleep),
+                // after the sleep of one that sleeps first, never for pure CPU work.
+                w.wake_left = !w.block_first && t.blocked_s > 0.0 ? s.wake_latency_s : 0.0;
                 w.started = now;
                 r.wait_s[static_cast<std::size_t>(w.task)] =
                     now - arrivals[static_cast<std::size_t>(w.task)].t;
@@ -206,7 +227,10 @@ Result run(const Setup& s, const std::vector<Arrival>& arrivals, Policy& policy)
         std::size_t runnable = 0, busy = 0;
         for (const auto& w : workers) {
             busy += w.task >= 0 ? 1 : 0;
-            runnable += w.task >= 0 && w.wake_left <= 0.0 && w.cpu_left > 0.0 ? 1 : 0;
+            runnable += w.task >= 0 && w.wake_left <= 0.0 && w.cpu_left > 0.0 &&
+                                (!w.block_first || w.blocked_left <= 0.0)
+                            ? 1
+                            : 0;
         }
         r.peak_busy = std::max<std::uint32_t>(r.peak_busy, static_cast<std::uint32_t>(busy));
         const double share =
@@ -216,6 +240,8 @@ Result run(const Setup& s, const std::vector<Arrival>& arrivals, Policy& policy)
         const double over =
             runnable > s.cores ? (runnable - s.cores) / static_cast<double>(s.cores) : 0.0;
         const double progress = share / (1.0 + s.oversubscription_penalty * std::log2(1.0 + over));
+        const double crowd =
+            std::min(s.memory_saturation, std::max(0.0, static_cast<double>(runnable) - 1.0));
         idle_core_s +=
             std::max(0.0, s.cores - static_cast<double>(runnable + s.foreign_threads)) * h;
         for (auto& w : workers) {
@@ -232,9 +258,22 @@ Result run(const Setup& s, const std::vector<Arrival>& arrivals, Policy& policy)
                 continue;
             }
             double left = h;
+            if (w.block_first && w.blocked_left > 0.0) {
+                // Asleep first: the CPU part starts on a later step.
+                w.blocked_left -= h;
+                if (w.blocked_left > 1e-12)
+                    continue;
+                w.blocked_left = 0.0;
+                w.block_first = false;
+                w.wake_left = s.wake_latency_s;
+                if (w.cpu_left > 0.0)
+                    continue;
+                left = 0.0;
+            }
             if (w.cpu_left > 0.0) {
-                const double used = std::min(h, w.cpu_left / progress);
-                w.cpu_left -= progress * used;
+                const double rate = progress / (1.0 + w.mem * s.memory_contention * crowd);
+                const double used = std::min(h, w.cpu_left / rate);
+                w.cpu_left -= rate * used;
                 w.cpu_ns += share * used * 1e9;
                 w.pending_wait_ns += (1.0 - share) * used * 1e9;
                 w.slice_s += share * used;
@@ -349,6 +388,7 @@ Result run(const Setup& s, const std::vector<Arrival>& arrivals, Policy& policy)
         ax::ControllerStats st;
         store.fill(st);
         r.reason_trace.push_back(st.reason);
+        r.input_trace.push_back(st.inputs);
         r.rounds = st.rounds;
         r.changes = st.changes;
         r.direction_changes = st.direction_changes;
