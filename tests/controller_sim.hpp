@@ -89,6 +89,7 @@ struct Setup {
 struct Result {
     double makespan_s = 0.0;        ///< Last completion.
     double thread_seconds = 0.0;    ///< Integral of live workers over the run.
+    double cpu_seconds = 0.0;       ///< CPU time the tasks took (memory contention included).
     std::uint32_t peak_workers = 0; ///< Most live workers.
     std::uint32_t peak_busy = 0;    ///< Most workers inside a task at once.
     std::uint64_t rounds = 0, changes = 0, direction_changes = 0;
@@ -278,6 +279,7 @@ Result run(const Setup& s, const std::vector<Arrival>& arrivals, Policy& policy)
                 w.pending_wait_ns += (1.0 - share) * used * 1e9;
                 w.slice_s += share * used;
                 cpu_used_tick += share * used;
+                r.cpu_seconds += share * used;
                 left -= used;
                 if (w.cpu_left < 1e-12)
                     w.cpu_left = 0.0;

@@ -360,7 +360,7 @@ class AdaptiveController {
         if (!queued || idle_floor_cpu_samples_ >= 3) {
             idle_floor_ = 0.0;
             idle_floor_cpu_samples_ = 0;
-        } else if (fresh && in.idle_cores >= idle_floor_share * cores &&
+        } else if (fresh && !widen_stalled_ && in.idle_cores >= idle_floor_share * cores &&
                    in.busy_workers + 1 >= std::max(std::min(in.live_workers, cur), 1u))
             idle_floor_ = std::max(idle_floor_, static_cast<double>(in.busy_workers));
         // Each raise must pay: once the pool has grown to the last floor and run a sample
@@ -389,9 +389,11 @@ class AdaptiveController {
         double period_rate = -1.0;
         if (fresh) {
             period_util = util_t_ > 0.0 ? util_acc_ / util_t_ : -1.0;
-            if (in.completed_total > 0 && util_t_ > 0.0 && in.completed_total >= done_at_sample_)
+            if (done_primed_ && in.completed_total > 0 && util_t_ > 0.0 &&
+                in.completed_total >= done_at_sample_)
                 period_rate = static_cast<double>(in.completed_total - done_at_sample_) / util_t_;
             done_at_sample_ = in.completed_total;
+            done_primed_ = true;
             util_acc_ = util_t_ = 0.0;
         }
         if (fresh && raise_util_ >= 0.0 && in.live_workers >= floor_ && ++since_raise_ >= 2) {
@@ -402,17 +404,25 @@ class AdaptiveController {
             widen_stalled_ = failed_raises_ >= 2;
             // A raise that did no more work gives its workers back: the floor returns to
             // where it stood before it.
+            // Its idle cores were no sign of a pool too small either: the idle floor goes
+            // back to the pool before the raise, and rises no more while the widening stalls.
             if (!paid && period_rate >= 0.0 && raise_rate_ >= 0.0 &&
-                period_rate < raise_rate_ * (1.0 + widen_min_rate_gain))
+                period_rate < raise_rate_ * (1.0 + widen_min_rate_gain)) {
                 floor_ = floor_before_raise_;
+                idle_floor_ = std::min(idle_floor_, pool_before_raise_);
+            }
             raise_util_ = -1.0;
         }
         if (fresh && idle_cores && queued && shares_known_ && raw_cap > cores + 1.0 &&
             !widen_stalled_ && raise_util_ < 0.0 && period_util >= 0.0) {
             floor_before_raise_ = floor_;
+            // From the cap in force (after a raise taken back the pool is still above it).
+            const double base = std::min<double>(cur, std::max(raw_cap, floor_));
+            pool_before_raise_ = base;
             floor_ = std::min(
-                hi, std::max(floor_, std::ceil(cur * std::min(widen_step,
-                                                              1.1 + 2.0 * in.idle_cores / cores))));
+                hi, std::max(
+                        floor_,
+                        std::ceil(base * std::min(widen_step, 1.1 + 2.0 * in.idle_cores / cores))));
             raise_util_ = period_util;
             raise_rate_ = period_rate;
             since_raise_ = 0;
@@ -582,11 +592,13 @@ class AdaptiveController {
     double last_cpu_in_ = -1.0;
     double last_rq_in_ = -1.0;
     int cap_low_samples_ = 0;
-    double floor_ = 0.0;        // the CPU cap's floor from idle cores (idle_widen_share)
-    int cpu_bound_samples_ = 0; // fresh samples in a row with the cap at the cores
-    double raise_util_ = -1.0;  // cpu_utilization at the last raise still to be judged
-    double raise_rate_ = -1.0;  // completions per second before it (-1: unknown)
-    double floor_before_raise_ = 0.0;
+    double floor_ = 0.0;               // the CPU cap's floor from idle cores (idle_widen_share)
+    int cpu_bound_samples_ = 0;        // fresh samples in a row with the cap at the cores
+    double raise_util_ = -1.0;         // cpu_utilization at the last raise still to be judged
+    double raise_rate_ = -1.0;         // completions per second before it (-1: unknown)
+    double floor_before_raise_ = 0.0;  // floor_ before the raise still to be judged
+    double pool_before_raise_ = 0.0;   // the target then
+    bool done_primed_ = false;         // done_at_sample_ holds a sample's count
     std::uint64_t done_at_sample_ = 0; // completed_total at the last fresh sample
     int since_raise_ = 0;              // fresh samples since the pool reached that raise's floor
     int failed_raises_ = 0;            // raises in a row that did not pay
