@@ -166,9 +166,11 @@ std::vector<std::string> default_strategies(const std::string& w) {
 std::string describe(const Spec& s) {
     std::string work;
     if (s.fresh_image)
-        work = fmt::format("a fresh {0}x{0} RGB image ({1:.1f} MiB) filled and box-filtered to 1/4 "
-                           "(~{2:.1f} ms)",
-                           s.image_side, s.image_side * s.image_side * 3 / 1048576.0, s.cpu_ms);
+        work = fmt::format("{3}a fresh {0}x{0} RGB image ({1:.1f} MiB) filled and box-filtered to "
+                           "1/4 (~{2:.1f} ms)",
+                           s.image_side, s.image_side * s.image_side * 3 / 1048576.0, s.cpu_ms,
+                           s.sleep_ms > 0 ? fmt::format("{:g} ms sleep, then ", s.sleep_ms)
+                                          : std::string());
     else if (s.sleep_ms > 0 && s.cpu_ms > 0)
         work = fmt::format("{:g} ms sleep + ~{:g} ms box filter", s.sleep_ms, s.cpu_ms);
     else if (s.cpu_ms > 0)
@@ -1497,9 +1499,11 @@ constexpr const char* usage = R"(usage: ax_thumbnails [options]
 Runs simulated thumbnail tasks through several scheduling strategies, one child process per
 strategy, and prints a table per workload. Writes <out>/<workload>.md, .csv and .svg.
 
-  --workload W        sleep (default; the seed's 20000 x 80 ms), cpu, cpu-heavy, mixed, bursty,
-                      bursty-forecast, large-queue, or all (every one, in that order)
-  --tasks N           number of tasks (defaults: sleep 20000, cpu 2000, cpu-heavy 400, mixed
+  --workload W        sleep (default; the seed's 20000 x 80 ms), cpu, cpu-heavy, heavy-sleep,
+                      mixed, bursty, bursty-forecast, large-queue, or all (every one, in that
+                      order); or family: the generated workloads (below)
+  --tasks N           number of tasks (defaults: sleep 20000, cpu 2000, cpu-heavy 400,
+                      heavy-sleep 400 (20 ms sleep, then cpu-heavy's image work), mixed
                       2000, bursty 10000, bursty-forecast 3200, large-queue 20000)
   --duration-ms D     sleep per task for sleep/mixed/bursty/bursty-forecast/large-queue
                       (80/20/80/20/5); CPU target for cpu (3); not for cpu-heavy
@@ -1520,6 +1524,14 @@ strategy, and prints a table per workload. Writes <out>/<workload>.md, .csv and 
                       one's median run (default 1; the other runs' range is noted)
   --reps-cpu N        the same for cpu, cpu-heavy and mixed only (default: as --reps): their
                       runs are short and swing most on a shared machine
+  --family-count N    family: how many generated workloads (default 32), seeds from
+  --family-seed S     (default 1); each one's mix, shape and size follow from its seed
+                      (tests/workload_family.hpp, the simulator's family too)
+  --family-target-s T family: the nominal run time each workload is sized for (default 0.5)
+  --family-pools L    family: the fixed pools ax is judged against (default
+                      1,2,4,8,16,32,64,128,200); --reps rounds (default 3 for the family) of
+                      ax and every pool one after another, the median of each; writes
+                      <out>/family.md
   --out DIR           output folder (default bench-results)
   --quick             small and fast: 200 x 5 ms (and scaled-down other workloads)
   --help              this text
@@ -1813,7 +1825,8 @@ int parent_main(const Options& o, const std::string& self) {
         // The CPU-bound workloads' runs are short (1 - 4 s) and swing most on a shared machine
         // (a fixed pool of 2 took 2.75 .. 4.74 s in one run of three): --reps-cpu gives them
         // more rounds at little cost.
-        const bool cpu_workload = w == "cpu" || w == "cpu-heavy" || w == "mixed";
+        const bool cpu_workload =
+            w == "cpu" || w == "cpu-heavy" || w == "heavy-sleep" || w == "mixed";
         const std::uint32_t n_reps = cpu_workload && o.reps_cpu > 0 ? o.reps_cpu : o.reps;
         std::vector<std::vector<Result>> reps(results.size());
         for (std::uint32_t rep = 0; rep < n_reps; ++rep)

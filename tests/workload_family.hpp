@@ -71,9 +71,13 @@ struct Workload {
         std::string s;
         for (const auto& c : classes) {
             char buf[160];
-            std::snprintf(buf, sizeof buf, "%s%.0f%% %.1f ms %s %.2f ms cpu (mem %.1f)",
-                          s.empty() ? "" : " + ", 100.0 * c.weight, 1e3 * c.block_s,
-                          c.block_first ? "block, then" : "block after", 1e3 * c.cpu_s, c.mem);
+            if (c.block_s > 0)
+                std::snprintf(buf, sizeof buf, "%s%.0f%% %.1f ms %s %.2f ms cpu (mem %.1f)",
+                              s.empty() ? "" : " + ", 100.0 * c.weight, 1e3 * c.block_s,
+                              c.block_first ? "block, then" : "block after", 1e3 * c.cpu_s, c.mem);
+            else
+                std::snprintf(buf, sizeof buf, "%s%.0f%% %.2f ms cpu (mem %.1f)",
+                              s.empty() ? "" : " + ", 100.0 * c.weight, 1e3 * c.cpu_s, c.mem);
             s += buf;
         }
         char tail[96];
