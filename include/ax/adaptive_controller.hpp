@@ -209,7 +209,11 @@ class BurstForecaster {
 ///   cpu cap  = cores x (cpu + blocked) / cpu  the useful concurrency of this work
 /// It grows to min(need, cpu cap) at once; it shrinks when need falls under shrink_hysteresis of
 /// the target, by half the surplus per round (at least Config::max_step_down), and straight to
-/// the cap while the runqueue share exceeds the CPU share. Before any attempt finished it
+/// the cap while the runqueue share exceeds the CPU share. Runqueue time counts only in the
+/// share of the sample the cores were busy (a wait beside idle cores is a wake-up's latency);
+/// a pool seen all busy beside idle cores with work queued is a floor until the queue drains;
+/// and the cap widened for idle cores must raise the completion rate, not only CPU use
+/// (issue 33: docs/tuning.md). Before any attempt finished it
 /// doubles the pool per round while work is queued. The BurstForecaster's floor then pre-scales
 /// ahead of a predicted burst and keeps its workers through a short gap.
 /// Config::max_step_up and drain_time are not used (they shape LittleController).
@@ -541,10 +545,9 @@ class AdaptiveController {
 
         // Never below a pool that was seen too small: while work stays queued, no shrink goes
         // under the most workers a sample saw all busy with cores idle beside the queue.
-        if (queued && next < idle_floor_) {
-            next = std::min(idle_floor_, std::max<double>(cur, next));
-            if (next > cur)
-                why = ControllerReason::backlog;
+        if (queued && next < cur && next < idle_floor_) {
+            next = std::min<double>(cur, idle_floor_);
+            why = ControllerReason::hold;
         }
         const BurstForecaster::Hint h =
             forecast_ ? fc_.hint(t_, round_s_) : BurstForecaster::Hint{};
@@ -597,7 +600,7 @@ class AdaptiveController {
     double raise_util_ = -1.0;         // cpu_utilization at the last raise still to be judged
     double raise_rate_ = -1.0;         // completions per second before it (-1: unknown)
     double floor_before_raise_ = 0.0;  // floor_ before the raise still to be judged
-    double pool_before_raise_ = 0.0;   // the target then
+    double pool_before_raise_ = 0.0;   // the pool size that raise started from
     bool done_primed_ = false;         // done_at_sample_ holds a sample's count
     std::uint64_t done_at_sample_ = 0; // completed_total at the last fresh sample
     int since_raise_ = 0;              // fresh samples since the pool reached that raise's floor
