@@ -510,6 +510,29 @@ TEST_CASE("sim: memory-bound work takes more CPU per task the more tasks compute
     CHECK(r.makespan_s == Approx(0.040).margin(0.002)); // 20 ms asleep, then 2 x 10 ms per core
 }
 
+TEST_CASE("sim: dispatch within a step keeps two workers' cores busy on tasks shorter than "
+          "a step",
+          "[controller][sim]") {
+    // 4000 x 0.13 ms of pure CPU (shorter than the 0.25 ms step) on 2 cores: 0.26 s of work.
+    // Dispatched only at step boundaries, two workers idle the rest of each step and a pool of
+    // 8 wins by a quarter (a bias toward large pools no machine has); dispatched within the
+    // step, two workers keep both cores busy and no larger pool beats them.
+    Setup s = machine(2, 4096);
+    std::vector<Arrival> a;
+    ax_sim::burst(a, 0.0, 4000, Task{0.13e-3, 0.0});
+    const Result coarse2 = fixed(s, a, 2);
+    const Result coarse8 = fixed(s, a, 8);
+    CHECK(coarse2.makespan_s > 1.2 * coarse8.makespan_s); // the bias the option removes
+    s.dispatch_within_step = true;
+    const Result fine2 = fixed(s, a, 2);
+    const Result fine8 = fixed(s, a, 8);
+    CHECK(fine2.makespan_s == Approx(0.26).epsilon(0.02));
+    CHECK(fine2.makespan_s <= 1.01 * fine8.makespan_s);
+    // Every task still runs once, and each wait is measured from its own start.
+    CHECK(fine2.cpu_seconds == Approx(0.52).epsilon(0.01));
+    CHECK(std::all_of(fine2.wait_s.begin(), fine2.wait_s.end(), [](double w) { return w >= 0.0; }));
+}
+
 TEST_CASE("AdaptiveController: runqueue wait beside idle cores is latency, not contention",
           "[controller]") {
     // 40 workers, each waiting for a CPU 90 % of its busy time. With the cores busy that is
@@ -711,9 +734,17 @@ TEST_CASE("sim: the generated family of workloads, ax against the best fixed poo
     // contention). What is left over 1.05 x is mostly the ramp of short runs (0.3 - 0.6 s:
     // a pool that starts at 4 workers and samples before it grows loses tens of ms against a
     // pool started at its best size) and memory-bound crowds (docs/tuning.md).
+    // Workers take the next task within the step (dispatch_within_step): at step boundaries
+    // only, pools of 2 lost a quarter on sub-step tasks and large pools won rows no machine
+    // would give them. With that bias gone, small pools win more rows, and ax's thread-seconds
+    // median rose from 1.04 to 1.17 (no wake latency) and from 0.92 to 1.11 (5 ms): the CPU
+    // cap's blocked-share widening keeps about twice the knee's pool on IO-heavy rows whose
+    // makespan is flat from the knee up, and min_workers (4) stays alive against best pools of
+    // 1 - 2 (docs/bench/family.md, row by row). The bound guards against worse.
     Setup s = machine(2);
     s.memory_contention = 0.02;
     s.oversubscription_penalty = 0.02;
+    s.dispatch_within_step = true;
     for (const double wake : {0.0, 5e-3}) {
         s.wake_latency_s = wake;
         const FamilyScore f = run_family(s, 32, wake > 0 ? "wake 5 ms" : "wake 0");
@@ -726,6 +757,6 @@ TEST_CASE("sim: the generated family of workloads, ax against the best fixed poo
         CHECK(median_of(f.time_ratio) <= 1.03);
         CHECK(over <= 10);
         CHECK(*std::max_element(f.time_ratio.begin(), f.time_ratio.end()) <= 1.25);
-        CHECK(median_of(f.thread_ratio) <= 1.10);
+        CHECK(median_of(f.thread_ratio) <= 1.20);
     }
 }
