@@ -414,7 +414,8 @@ struct IdleSide {
 /// the first statement of the body. Every side's pool lives for the whole round and the submits
 /// take turns among them, one by one (the order rotated per turn), so the host's state, which on
 /// this VM changes from second to second, weighs on every side alike; a round per side had the
-/// same code read 0.76 - 1.46 x the other side from run to run (docs/hot-path.md, ninth look).
+/// same code read 0.76 - 1.46 x the other side from run to run (docs/hot-path.md,
+/// "Measuring on a shared VM").
 /// Each pool thus sees a submit every `sides` x gap. Returns p50 in value, p99 in value2, per
 /// side.
 std::vector<Sample> idle_round(const Options& o,

@@ -19,6 +19,8 @@ packages=(
     chromium
     # promtool (checks the exposition format) and the Prometheus server the http tests scrape with
     prometheus
+    # scripts/check-doc-refs.py (ctest label docs: no doc names a file or target that is gone)
+    python3
     "$@"
 )
 

@@ -270,7 +270,7 @@ TEST_CASE("the quick options check never passes what the full check refuses", "[
     CHECK(quick > 100);
 }
 
-// ---- second round (branch hot2): the intrusive standby list ----------------------------------
+// ---- the intrusive standby list (docs/hot-path.md, "The standby list") -----------------------
 
 TEST_CASE("the standby list keeps push order across priorities and reports which it holds",
           "[hot_path][queue]") {
@@ -578,7 +578,7 @@ TEST_CASE("Futex: a tagged wake wakes the sleeper with that tag, not the one asl
 
 TEST_CASE("Notifier: a wake into a pool idle for a while goes to the worker that slept last",
           "[hot_path]") {
-    // The most recently parked worker is the warm one (docs/hot-path.md, ninth look); the
+    // The most recently parked worker is the warm one (docs/hot-path.md, "The warm wake"); the
     // kernel alone would wake the one asleep longest.
     ax::detail::Notifier n;
     std::atomic<bool> stop{false};

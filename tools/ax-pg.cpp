@@ -9,7 +9,7 @@
 // Without --db the connection string comes from $AX_PG_CONNINFO, else libpq's defaults (PGHOST,
 // PGPORT, PGDATABASE, ...). Exit status: 0 ok, 1 a database error, 2 bad usage or input.
 
-#include <ax/pg/pg.hpp>
+#include <ax/pg/client.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>

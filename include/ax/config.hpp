@@ -138,10 +138,11 @@ struct Config {
     /// Let a large backlog's task records come 2 MiB at a time on transparent huge pages
     /// (default true; Linux, past Tuning::slab_huge_after_chunks chunks: 65,536 tasks alive at
     /// once). A fresh record then costs its first touch ~16 ns instead of ~105 ns where a 4 KiB
-    /// page faults in slowly (a VM: docs/hot-path.md), and a producer outrunning the workers
-    /// grows the backlog up to 1.2 x faster. Off: memory grows 112 KiB at a time, and no fault
-    /// on the submitting thread can wait for the kernel to compact memory into a huge page (with
-    /// transparent_hugepage/defrag = madvise it may, on a fragmented machine: a latency spike).
+    /// page faults in slowly (a VM: docs/hot-path.md, "Huge-page regions"), and a producer
+    /// outrunning the workers grows the backlog up to 1.2 x faster. Off: memory grows 112 KiB at a
+    /// time, and no fault on the submitting thread can wait for the kernel to compact memory into a
+    /// huge page (with transparent_hugepage/defrag = madvise it may, on a fragmented machine: a
+    /// latency spike).
     bool huge_pages = true;
 
     /// Throws std::invalid_argument naming the first invalid field and its value.

@@ -244,8 +244,9 @@ template <class Links> class DoubleBufferQueue {
     alignas(64) std::atomic<bool> nonempty_{false};
     /// Tasks ever dequeued (started or cancelled while queued), per priority, in stripes by
     /// thread: every worker counts each task it starts, and with one shared line two workers
-    /// bounced it between their cores on every task (docs/hot-path.md, fourth look). Sums wrap
-    /// like the counts themselves; readers (admission at a limit, length()) add the stripes.
+    /// bounced it between their cores on every task (docs/hot-path.md, "Cache lines kept apart").
+    /// Sums wrap like the counts themselves; readers (admission at a limit, length()) add the
+    /// stripes.
     struct alignas(64) PopStripe {
         std::array<std::atomic<std::uint32_t>, priority_count> n{};
     };

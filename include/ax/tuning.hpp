@@ -129,7 +129,7 @@ struct Tuning {
     /// the kernel's own order, longest asleep first, cost an idle submit 1.3 - 1.8 µs more than
     /// a pool of two. Shorter idle stays in the kernel's order, which measured 7 - 24 % faster
     /// for the default Config's refuse-and-retry stream, where nearly every wake follows a park
-    /// by under 50 µs (docs/hot-path.md, ninth look). It is also how long the last worker to
+    /// by under 50 µs (docs/hot-path.md, "The warm wake"). It is also how long the last worker to
     /// park sleeps before it asks for wake_slice. Shorter: both start sooner after a burst
     /// (streams pay the preempted producer); longer: fewer idle spells get either.
     static constexpr std::chrono::microseconds warm_wake_after{100};

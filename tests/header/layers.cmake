@@ -1,7 +1,9 @@
-# The layer table of ax's core headers: the one place that says which header sits on which layer.
+# The layer table of ax's headers: the one place that says which header sits on which layer.
 # A header may include only headers of strictly lower layers (check_layers.cmake enforces it, and
-# every core header must be listed). docs/design.md explains the layers; new core headers go here.
-# Optional sub-folders (include/ax/pg/, include/ax/http/) are not core headers and are not listed.
+# every header under include/ax/ must be listed). docs/design.md explains the core's layers; new
+# headers go here. The optional parts (include/ax/pg/, include/ax/http/) sit above the whole core
+# (layers 20 and up), and each may include the core and itself only: pg never includes http, nor
+# http pg, and no core header includes either.
 set(AX_HEADER_LAYERS
     # 0: foundations, std only
     errors.hpp=0 config.hpp=0 clock.hpp=0 retry.hpp=0 tuning.hpp=0 shutdown.hpp=0
@@ -35,3 +37,32 @@ set(AX_HEADER_LAYERS
     scheduler.hpp=10
     # 11: coroutine tasks on top of the facade
     coro.hpp=11)
+
+# ax::pg (include/ax/pg/, libpq). 20: std and core only (the wire formats, the client-facing
+# types, each migration's SQL, the node's vocabulary and lanes); 21: what renders or lists them;
+# 22: libpq plumbing and the migration runner; 23: the client's typed statements; 24: the two
+# programs' sides, Client and Node (neither includes the other); 25: Node's member definitions,
+# filed by role; 26: the umbrella.
+set(AX_PG_HEADER_LAYERS
+    pg/detail/wire.hpp=20 pg/types.hpp=20 pg/node_options.hpp=20 pg/detail/lanes.hpp=20
+    pg/sql/migrations/v1.hpp=20 pg/sql/migrations/v2.hpp=20 pg/sql/migrations/v3.hpp=20
+    pg/sql/migrations/v4.hpp=20
+    pg/schema.hpp=21 pg/json.hpp=21 pg/prometheus.hpp=21
+    pg/connection.hpp=22
+    pg/sql/client.hpp=23 pg/sql/enqueue.hpp=23
+    pg/client.hpp=24 pg/node.hpp=24
+    pg/detail/node_batches.hpp=25 pg/detail/node_driver.hpp=25 pg/detail/node_round_trip.hpp=25
+    pg/pg.hpp=26)
+
+# ax::http (include/ax/http/, cpp-httplib and nlohmann-json). 20: std and core only; 21: the
+# server that serves them.
+set(AX_HTTP_HEADER_LAYERS
+    http/dashboard.hpp=20 http/event_log.hpp=20 http/json.hpp=20
+    http/metrics_server.hpp=21)
+
+# Parts: PARENT>PART lets PARENT include PART although PART's layer is higher, because PART is
+# a piece of PARENT's definition that PARENT includes at its end (PART includes PARENT first, so
+# it compiles on its own). Node's member definitions are filed this way.
+set(AX_HEADER_PARTS
+    pg/node.hpp>pg/detail/node_batches.hpp pg/node.hpp>pg/detail/node_driver.hpp
+    pg/node.hpp>pg/detail/node_round_trip.hpp)

@@ -169,13 +169,13 @@ SchedulerCore<Clock, Controller>::admit(const SubmitOptions& o, TaskId& id, bool
         // Wake it now, so that overlaps building and queueing this task (the wake after the
         // push stays). Asked of the notifier (parked workers against live ones), not of the
         // length estimate above: that estimate counts pops only as of the last limit check, so
-        // under a large capacity it never read zero and this wake never happened (found in the
-        // fifth look, docs/hot-path.md).
+        // under a large capacity it never read zero and this wake never happened
+        // (docs/hot-path.md, "The pre-wake").
         notifier_.prewake(pool_.live());
     }
     // Read here, ahead of the slot's compare-exchange: the counter read then overlaps it rather
-    // than waiting behind it (docs/hot-path.md, seventh look). Still after the submit began, so
-    // never early.
+    // than waiting behind it (docs/hot-path.md, "The enqueue stamp"). Still after the submit began,
+    // so never early.
     const std::int64_t enqueued = enqueue_stamp_ns<Clock>();
     const std::uint32_t index = slab_->acquire();
     if (index == TaskSlab::no_slot)

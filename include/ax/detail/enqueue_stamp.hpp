@@ -12,7 +12,8 @@
 #include <x86intrin.h>
 #endif
 
-/// The enqueue stamp of a submit without a clock call per submit (docs/hot-path.md, fifth look).
+/// The enqueue stamp of a submit without a clock call per submit (docs/hot-path.md,
+/// "The enqueue stamp").
 namespace ax::detail {
 
 /// How the time-stamp counter (TSC) relates to std::chrono::steady_clock in this process: an

@@ -19,10 +19,10 @@ namespace ax::detail {
 /// On Linux this is a process-private futex called directly. libstdc++'s std::atomic::wait
 /// (the fallback elsewhere) uses a *shared* futex, so every wait and wake makes the kernel look
 /// the word's page up to build a cross-process key, and its wait first spins and calls
-/// sched_yield four times. Measured here (docs/hot-path.md, sixth look: a thread woken 200 us
-/// after it slept, 3 000 times, alternating runs), the private futex brings the p50 submit to
-/// wake-up from 8.3 - 9.0 us to 7.6 - 8.4 us; that gap was what the textbook mutex pool (whose
-/// condition variable uses private futexes) had over ax's idle wake-up.
+/// sched_yield four times. Measured here (docs/hot-path.md, "Parking on a private futex": a
+/// thread woken 200 us after it slept, 3 000 times, alternating runs), the private futex brings
+/// the p50 submit to wake-up from 8.3 - 9.0 us to 7.6 - 8.4 us; that gap was what the textbook
+/// mutex pool (whose condition variable uses private futexes) had over ax's idle wake-up.
 ///
 /// Nothing here orders memory: the caller publishes through the word's own atomic operations
 /// (seq_cst in the Notifier) and these calls only sleep and wake. A wait returns when the word

@@ -58,7 +58,7 @@ class History {
                     continue;
                 }
                 // Wraps by compare, not `%`: a division per finished task was a visible share of
-                // a tiny task's worker path (docs/hot-path.md, finding 2).
+                // a tiny task's worker path (docs/hot-path.md, "The history").
                 if (size_ == ring_.size()) {
                     finished[evicted++] = ring_[head_];
                     head_ = wrap(head_ + 1);

@@ -15,7 +15,7 @@ namespace ax::detail {
 ///
 /// Why: a fresh 4 KiB page costs its first touch a fault, and on the development VM that is
 /// ~3.9 us a page, ~105 ns per 112-byte record: as much as a whole post(). A huge page costs
-/// ~0.6 us per 4 KiB of it (docs/hot-path.md, seventh look). A slab grows when the producers
+/// ~0.6 us per 4 KiB of it (docs/hot-path.md, "Huge-page regions"). A slab grows when the producers
 /// outrun the workers, exactly when that cost lands on the producer.
 ///
 /// Linux only; elsewhere map() says no and the slab allocates chunks with new[]. Where huge pages

@@ -22,8 +22,8 @@ namespace ax::detail {
 ///
 /// Owns no lock. A parking worker reads `epoch_` before it registers as parked and checks for
 /// work, and sleeps only while `epoch_` still has that value, so a wake that bumps it anywhere
-/// after that read is never lost. It used a mutex and condition variable until the fourth look
-/// at the hot path (docs/hot-path.md): glibc re-takes the mutex of a woken waiter as contended,
+/// after that read is never lost. It used a mutex and condition variable once (docs/hot-path.md,
+/// "Parking on a private futex"): glibc re-takes the mutex of a woken waiter as contended,
 /// so every wake-up paid a second futex call, ~0.3 us, before the worker could look for work.
 ///
 /// Which sleeper a wake reaches: the kernel wakes a word's sleepers longest-asleep first. A

@@ -250,7 +250,7 @@ inline void prefetch_for_write(const void* p) noexcept {
 /// so it spans two lines or three, and whoever touches one of its fields ends up touching the
 /// last line too (the times, `extras`, `priority`, `content`, `flags`). A prefetch of the first
 /// line alone left the others as demand misses, taken one after the other (docs/hot-path.md,
-/// fifth look). The middle address is redundant when the record spans two lines; a prefetch of
+/// "Task records"). The middle address is redundant when the record spans two lines; a prefetch of
 /// a line already here costs a cycle.
 inline void prefetch_record(const TaskRecord& r) noexcept {
     const auto* p = reinterpret_cast<const char*>(&r);

@@ -30,7 +30,7 @@ namespace ax::detail {
 /// that worker's cache, and the producer that takes it next must pull the record's lines
 /// across. Knowing the indices ahead, acquire() asks for the record a few takes ahead, so the
 /// transfer overlaps building the tasks before it (a chain through the records gave one record
-/// ahead, and reading its link was itself a miss; docs/hot-path.md, eighth look). When the slab
+/// ahead, and reading its link was itself a miss; docs/hot-path.md, "Slots"). When the slab
 /// is at max_chunks, a slot another stripe's cache holds while that stripe is busy is not seen:
 /// acquire() may then say exhausted a moment early.
 ///
@@ -98,7 +98,7 @@ class TaskSlab {
     /// A free slot with refs = 0 and a fresh generation, or no_slot when the slab is exhausted.
     /// A plain index, not an optional: GCC built the optional in memory with two stores and read
     /// it back with one wider load, which cannot be forwarded and so waited for every store
-    /// before it to drain, the task record's included (docs/hot-path.md, eighth look).
+    /// before it to drain, the task record's included (docs/hot-path.md, "Slots").
     std::uint32_t acquire() {
         Cache& c = caches_[thread_stripe<cache_stripes>()];
         std::lock_guard lock(c.lock);
@@ -391,7 +391,8 @@ class TaskSlab {
 
     // Every at() reads `chunks_` (read-mostly: written once per grow); the shared stack's lock
     // is written per batch: on one cache line, each write invalidated the line every worker's
-    // at() read, a miss per record access on the other core (docs/hot-path.md, fourth look).
+    // at() read, a miss per record access on the other core (docs/hot-path.md,
+    // "Cache lines kept apart").
     // They sit on lines of their own.
     alignas(64) std::unique_ptr<std::atomic<TaskRecord*>[]> chunks_;
     std::atomic<std::uint32_t> chunk_count_{0};

@@ -19,9 +19,9 @@ namespace ax::detail {
 /// allowed to preempt it at once. On the development VM nearly every idle wake-up is placed on the
 /// waking producer's own CPU (rousing the other, halted vCPU costs 16 - 20 us), where with the
 /// default slice (1.4 ms here) the worker waits until the producer blocks or is preempted; with a
-/// short one it runs as the producer's wake call returns (docs/hot-path.md, ninth look). Only a
-/// worker asleep in an idle pool asks for it, and gives it back after its first task, so busy
-/// workers keep the default and never preempt producers in a stream.
+/// short one it runs as the producer's wake call returns (docs/hot-path.md, "The short slice").
+/// Only a worker asleep in an idle pool asks for it, and gives it back after its first task, so
+/// busy workers keep the default and never preempt producers in a stream.
 ///
 /// Leaves the policy, nice value and flags as they are (read back first); does nothing for
 /// real-time or deadline threads, or where the kernel has no such request (older kernels accept

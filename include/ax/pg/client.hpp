@@ -4,11 +4,12 @@
 // The producer and operator side of the distributed mode: enqueue, query, cancel, dead letters,
 // counts and status. See docs/distributed.md.
 
-#include "../scheduler.hpp"
 #include "connection.hpp"
+#include "schema.hpp"
+#include "sql/client.hpp"
+#include "sql/enqueue.hpp"
+#include "types.hpp"
 
-#include <algorithm>
-#include <array>
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -20,182 +21,6 @@
 #include <vector>
 
 namespace ax::pg {
-
-/// One task to enqueue. Designated initializers read well:
-/// `client.enqueue({.kind = "thumb", .payload = bytes, .priority = ax::Priority::high})`.
-struct NewTask {
-    /// Which handler runs it; only nodes that registered this kind claim it. Until one does, the
-    /// task waits (visible in Client::status() as unhandled). 1..200 bytes.
-    std::string_view kind;
-    /// Opaque bytes handed to the handler; at most ClientOptions::max_payload_bytes.
-    std::string_view payload{};
-    /// Claim lane: nodes take high:normal:low in 3:2:1 shares (weights of the node's Config).
-    Priority priority = Priority::normal;
-    /// Per-attempt timeout on the node, measured from the handler's last heartbeat (zero: none).
-    std::chrono::milliseconds timeout{0};
-    /// Attempts before the task becomes a dead letter (default 4 = the core's 1 + retry_max 3).
-    int max_attempts = 4;
-    /// Not claimable before now + delay.
-    std::chrono::milliseconds delay{0};
-    /// Idempotency key (empty: none; at most 512 bytes): one key, one task ID, from any number of
-    /// producers and nodes, however enqueues race claims, acknowledgements, retries, dead
-    /// letters, replays and discards. A second enqueue with the key answers the first task's ID
-    /// (Enqueued::existed) while that task is live (pending, scheduled, claimed, retrying) or a
-    /// dead letter, and for the history retention (NodeOptions::history_retention, 1 h by
-    /// default) after it ended (succeeded, cancelled, discarded; a dead letter that expired
-    /// with its ring, Client::set_dead_letter_retention, is forgotten at once). After that,
-    /// maintenance forgets the key and the same key makes a new task. The key's row in
-    /// ax.idem_keys is the one arbiter (docs/distributed.md).
-    std::string_view idempotency_key{};
-    /// Tags a node must offer to claim it ("gpu", "bigmem"); no commas, 1..100 bytes each.
-    std::vector<std::string_view> tags{};
-};
-
-/// What enqueue answers per task.
-struct Enqueued {
-    /// The task's ID (the earlier task's, when the idempotency key was already taken).
-    std::int64_t id = 0;
-    /// True when the key was taken and no new task was added.
-    bool existed = false;
-};
-
-/// Where a distributed task is.
-enum class TaskState : std::uint8_t {
-    pending,       ///< Claimable now.
-    scheduled,     ///< Waiting for its run-at (a delay, or a retry's back-off).
-    claimed,       ///< Held by a node (queued locally or running).
-    succeeded,     ///< Finished (still in the history).
-    cancelled,     ///< Cancelled (still in the history).
-    dead_lettered, ///< Failed for good; replay or discard it.
-    discarded,     ///< A dead letter that was discarded (still in the history).
-};
-
-/// "pending", "scheduled", ...
-constexpr std::string_view to_string(TaskState s) noexcept {
-    switch (s) {
-    case TaskState::pending:
-        return "pending";
-    case TaskState::scheduled:
-        return "scheduled";
-    case TaskState::claimed:
-        return "claimed";
-    case TaskState::succeeded:
-        return "succeeded";
-    case TaskState::cancelled:
-        return "cancelled";
-    case TaskState::dead_lettered:
-        return "dead_lettered";
-    case TaskState::discarded:
-        return "discarded";
-    }
-    return "unknown";
-}
-
-/// What query() reports.
-struct TaskStatus {
-    std::int64_t id = 0;
-    std::string kind;
-    TaskState state = TaskState::pending;
-    Priority priority = Priority::normal;
-    /// Attempts started so far.
-    int attempts = 0;
-    /// The node holding it (claimed), or the node that finished it; 0 when none.
-    std::int64_t node_id = 0;
-    /// A cancel was requested while a node held it.
-    bool cancel_requested = false;
-    /// Errors of the failed attempts, oldest first (live tasks and dead letters).
-    std::vector<std::string> errors;
-};
-
-/// What cancel() did.
-enum class CancelResult : std::uint8_t {
-    cancelled,        ///< It was not claimed: cancelled at once.
-    cancel_requested, ///< A node holds it: the node was told, its stop token is requested.
-    finished,         ///< Too late: it already finished.
-    dead_lettered,    ///< It is a dead letter (discard it instead).
-    unknown,          ///< No such task (or its history was pruned).
-};
-
-/// "cancelled", "cancel_requested", ...
-constexpr std::string_view to_string(CancelResult r) noexcept {
-    switch (r) {
-    case CancelResult::cancelled:
-        return "cancelled";
-    case CancelResult::cancel_requested:
-        return "cancel_requested";
-    case CancelResult::finished:
-        return "finished";
-    case CancelResult::dead_lettered:
-        return "dead_lettered";
-    case CancelResult::unknown:
-        return "unknown";
-    }
-    return "unknown";
-}
-
-/// One dead letter.
-struct DeadLetterInfo {
-    std::int64_t id = 0;
-    std::string kind;
-    Priority priority = Priority::normal;
-    int attempts = 0;
-    /// "permanent error", "attempts exhausted".
-    std::string reason;
-    /// Every failed attempt's error, oldest first.
-    std::vector<std::string> errors;
-    std::string payload;
-    /// Seconds since it failed.
-    double age_s = 0;
-};
-
-/// Live tasks by state and priority lane (index: 0 high, 1 normal, 2 low), plus the rest.
-struct Counts {
-    std::array<std::int64_t, 3> pending{};
-    std::array<std::int64_t, 3> scheduled{};
-    std::array<std::int64_t, 3> claimed{};
-    std::int64_t dead_letters = 0;
-    /// In the history (bounded by the retention).
-    std::int64_t succeeded = 0;
-    std::int64_t cancelled = 0;
-    std::int64_t discarded = 0;
-    /// Live tasks of all states.
-    [[nodiscard]] std::int64_t live() const noexcept {
-        std::int64_t n = 0;
-        for (std::size_t p = 0; p < 3; ++p)
-            n += pending[p] + scheduled[p] + claimed[p];
-        return n;
-    }
-};
-
-/// A node as the database sees it.
-struct NodeInfo {
-    std::int64_t id = 0;
-    std::string name;
-    std::string host;
-    int pid = 0;
-    std::vector<std::string> kinds;
-    std::vector<std::string> tags;
-    /// Seconds left on its lease; negative once expired (maintenance then reclaims its batches).
-    double lease_left_s = 0;
-    std::int64_t batches = 0;
-    std::int64_t tasks = 0;
-};
-
-/// Everything `ax-pg status` prints.
-struct Status {
-    Counts counts;
-    std::vector<NodeInfo> nodes;
-    /// Age of the oldest claimable task (0 when none).
-    double oldest_pending_age_s = 0;
-    /// Claimable tasks no live node can take, by reason: kinds no live node handles, and tags no
-    /// live node offers (each as "kind [tags]" with its count).
-    std::vector<std::pair<std::string, std::int64_t>> unclaimable;
-    std::int64_t unclaimable_total = 0;
-    /// Recovery counters since the schema was created.
-    std::int64_t reclaimed_batches = 0;
-    std::int64_t reclaimed_tasks = 0;
-    std::int64_t checksum_mismatches = 0;
-};
 
 /// Client knobs.
 struct ClientOptions {
@@ -246,9 +71,8 @@ class Client {
     /// delays a COPY (ClientOptions::copy_min_tasks). Throws std::invalid_argument naming the
     /// first bad task (nothing is enqueued then).
     std::vector<Enqueued> enqueue_many(std::span<const NewTask> tasks) {
-        std::vector<Enqueued> out;
         if (tasks.empty())
-            return out;
+            return {};
         std::set<std::string_view> seen_keys;
         bool keyed = false, delayed = false;
         for (std::size_t i = 0; i < tasks.size(); ++i) {
@@ -262,140 +86,32 @@ class Client {
         }
         if (!keyed && !delayed && options_.copy_min_tasks != 0 &&
             tasks.size() >= options_.copy_min_tasks)
-            return enqueue_copy(tasks);
-        using BA = detail::BinaryArray;
-        BA kinds(BA::text_oid), payloads(BA::bytea_oid), prios(BA::int2_oid),
-            timeouts(BA::int4_oid), attempts(BA::int4_oid), delays(BA::int8_oid),
-            keys(BA::text_oid), tags(BA::text_oid);
-        std::string joined;
-        for (const NewTask& t : tasks) {
-            kinds.add_bytes(t.kind);
-            payloads.add_bytes(t.payload);
-            prios.add_int16(static_cast<std::int16_t>(t.priority));
-            timeouts.add_int32(static_cast<std::int32_t>(t.timeout.count()));
-            attempts.add_int32(t.max_attempts);
-            delays.add_int64(t.delay.count());
-            if (t.idempotency_key.empty())
-                keys.add_null();
-            else
-                keys.add_bytes(t.idempotency_key);
-            joined.clear();
-            for (std::size_t k = 0; k < t.tags.size(); ++k) {
-                if (k != 0)
-                    joined += ',';
-                joined += t.tags[k];
-            }
-            tags.add_bytes(joined);
-        }
-        if (!keyed)
-            return enqueue_unkeyed(
-                tasks.size(), {&kinds, &payloads, &prios, &timeouts, &attempts, &delays, &tags});
-        BA* arrays[] = {&kinds, &payloads, &prios, &timeouts, &attempts, &delays, &keys, &tags};
-        const char* values[8];
-        int lengths[8];
-        int formats[8];
-        for (int i = 0; i < 8; ++i) {
-            values[i] = arrays[i]->data();
-            lengths[i] = arrays[i]->length();
-            formats[i] = 1;
-        }
-        detail::Result r =
-            connection().exec_raw(detail::enqueue_sql, 8, values, lengths, formats, 0);
-        if (static_cast<std::size_t>(r.rows()) != tasks.size())
-            throw Error("ax::pg: enqueue returned " + std::to_string(r.rows()) + " rows for " +
-                        std::to_string(tasks.size()) + " tasks");
-        out.reserve(tasks.size());
-        for (int i = 0; i < r.rows(); ++i)
-            out.push_back(Enqueued{r.int64(i, 1), r.boolean(i, 2)});
-        return out;
+            return sql::enqueue_copy(connection(), tasks, copy_buf_);
+        sql::EnqueueColumns cols;
+        cols.fill(tasks);
+        return keyed ? sql::enqueue_keyed(connection(), cols, tasks.size())
+                     : sql::enqueue_unkeyed(connection(), cols, tasks.size());
     }
 
     /// Where task `id` is; nullopt for an unknown ID (or one whose history was pruned).
-    std::optional<TaskStatus> query(std::int64_t id) {
-        const std::string ids = std::to_string(id);
-        detail::Result r = connection().exec_params(
-            "SELECT 'live', kind, priority, attempts, coalesce(node_id, 0), cancel_requested, "
-            "       CASE WHEN node_id IS NOT NULL THEN 'claimed' WHEN run_at > now() THEN "
-            "'scheduled' ELSE 'pending' END, array_to_json(errors)::text "
-            "  FROM ax.tasks WHERE id = $1 "
-            "UNION ALL SELECT 'dead', kind, priority, attempts, 0, false, 'dead_lettered', "
-            "       array_to_json(errors)::text FROM ax.dead_letters WHERE id = $1 "
-            "UNION ALL SELECT 'hist', kind, priority, attempts, coalesce(node_id, 0), false, "
-            "       CASE state WHEN 1 THEN 'succeeded' WHEN 2 THEN 'cancelled' ELSE 'discarded' "
-            "END, '[]' FROM ax.history WHERE id = $1 LIMIT 1",
-            {ids.c_str()});
-        if (r.rows() == 0)
-            return std::nullopt;
-        TaskStatus s;
-        s.id = id;
-        s.kind = std::string(r.text(0, 1));
-        s.priority = static_cast<Priority>(r.int64(0, 2));
-        s.attempts = static_cast<int>(r.int64(0, 3));
-        s.node_id = r.int64(0, 4);
-        s.cancel_requested = r.boolean(0, 5);
-        s.state = parse_state(r.text(0, 6));
-        s.errors = parse_json_strings(r.text(0, 7));
-        return s;
-    }
+    std::optional<TaskStatus> query(std::int64_t id) { return sql::task_status(connection(), id); }
 
     /// Cancels task `id`: at once when no node holds it; otherwise its node is notified and
     /// requests stop on the running task's stop token, and the task ends cancelled whatever the
     /// node reports afterwards.
-    CancelResult cancel(std::int64_t id) {
-        const std::string ids = std::to_string(id);
-        detail::Result r = connection().exec_params("SELECT ax.cancel($1)", {ids.c_str()});
-        const std::string_view s = r.text(0, 0);
-        if (s == "cancelled")
-            return CancelResult::cancelled;
-        if (s == "cancel_requested")
-            return CancelResult::cancel_requested;
-        if (s == "finished")
-            return CancelResult::finished;
-        if (s == "dead_lettered")
-            return CancelResult::dead_lettered;
-        return CancelResult::unknown;
-    }
+    CancelResult cancel(std::int64_t id) { return sql::cancel_task(connection(), id); }
 
     /// Dead letters, oldest first (at most `limit`).
     std::vector<DeadLetterInfo> dead_letters(std::size_t limit = 1000) {
-        const std::string lim = std::to_string(limit);
-        detail::Result r = connection().exec_params(
-            "SELECT id, kind, priority, attempts, reason, array_to_json(errors)::text, "
-            "encode(payload, 'escape'), extract(epoch FROM now() - failed_at)::float8 "
-            "FROM ax.dead_letters ORDER BY failed_at, id LIMIT $1",
-            {lim.c_str()});
-        std::vector<DeadLetterInfo> out;
-        for (int i = 0; i < r.rows(); ++i) {
-            DeadLetterInfo d;
-            d.id = r.int64(i, 0);
-            d.kind = std::string(r.text(i, 1));
-            d.priority = static_cast<Priority>(r.int64(i, 2));
-            d.attempts = static_cast<int>(r.int64(i, 3));
-            d.reason = std::string(r.text(i, 4));
-            d.errors = parse_json_strings(r.text(i, 5));
-            d.payload = std::string(r.text(i, 6));
-            d.age_s = r.float8(i, 7);
-            out.push_back(std::move(d));
-        }
-        return out;
+        return sql::dead_letters(connection(), limit);
     }
 
     /// Puts a dead letter back as a live task (same ID, fresh attempt series); false if `id` is
     /// not a dead letter.
-    bool replay_dead_letter(std::int64_t id) {
-        const std::string ids = std::to_string(id);
-        return connection()
-            .exec_params("SELECT ax.replay_dead_letter($1)", {ids.c_str()})
-            .boolean(0, 0);
-    }
+    bool replay_dead_letter(std::int64_t id) { return sql::replay_dead_letter(connection(), id); }
 
     /// Drops a dead letter (the history remembers it as discarded); false if not listed.
-    bool discard_dead_letter(std::int64_t id) {
-        const std::string ids = std::to_string(id);
-        return connection()
-            .exec_params("SELECT ax.discard_dead_letter($1)", {ids.c_str()})
-            .boolean(0, 0);
-    }
+    bool discard_dead_letter(std::int64_t id) { return sql::discard_dead_letter(connection(), id); }
 
     /// How long dead letters are kept (default 14 days) before maintenance drops them, a ring
     /// slot at a time (kept between `retention` and retention x 8 / 7; their idempotency keys
@@ -406,93 +122,31 @@ class Client {
             throw std::invalid_argument(
                 "ax::pg::Client::set_dead_letter_retention: " + std::to_string(retention.count()) +
                 " ms: must be in [1 s, 10 years]");
-        const std::string ms = std::to_string(retention.count());
-        connection().exec_params(
-            "UPDATE ax.rings SET retention_ms = $1 WHERE name = 'dead_letters'", {ms.c_str()});
+        sql::set_dead_letter_retention(connection(), retention);
     }
 
     /// The dead letters' retention in force (set_dead_letter_retention).
     std::chrono::milliseconds dead_letter_retention() {
-        return std::chrono::milliseconds(
-            connection()
-                .exec("SELECT retention_ms FROM ax.rings WHERE name = 'dead_letters'")
-                .int64(0, 0));
+        return sql::dead_letter_retention(connection());
     }
 
     /// Live tasks by state and lane, dead letters, and the history by final state.
-    Counts counts() {
-        Counts c;
-        detail::Result r = connection().exec(
-            "SELECT CASE WHEN node_id IS NOT NULL THEN 2 WHEN run_at > now() THEN 1 ELSE 0 END, "
-            "priority, count(*) FROM ax.tasks GROUP BY 1, 2");
-        for (int i = 0; i < r.rows(); ++i) {
-            const auto st = r.int64(i, 0);
-            const auto p = static_cast<std::size_t>(r.int64(i, 1));
-            const auto n = r.int64(i, 2);
-            (st == 0 ? c.pending : st == 1 ? c.scheduled : c.claimed).at(p) = n;
-        }
-        detail::Result h = connection().exec(
-            "SELECT (SELECT count(*) FROM ax.dead_letters), "
-            "count(*) FILTER (WHERE state = 1), count(*) FILTER (WHERE state = 2), "
-            "count(*) FILTER (WHERE state = 3) FROM ax.history");
-        c.dead_letters = h.int64(0, 0);
-        c.succeeded = h.int64(0, 1);
-        c.cancelled = h.int64(0, 2);
-        c.discarded = h.int64(0, 3);
-        return c;
-    }
+    Counts counts() { return sql::counts(connection()); }
 
     /// Counts, nodes and their leases, the oldest claimable task's age, what no live node can
     /// take, and the recovery counters.
     Status status() {
         Status s;
         s.counts = counts();
-        detail::Result n = connection().exec(
-            "SELECT n.id, n.name, n.host, n.pid, array_to_json(n.kinds)::text, "
-            "array_to_json(n.tags)::text, extract(epoch FROM n.lease_until - now())::float8, "
-            "(SELECT count(*) FROM ax.batches b WHERE b.node_id = n.id), "
-            "(SELECT count(*) FROM ax.tasks t WHERE t.node_id = n.id) "
-            "FROM ax.nodes n ORDER BY n.id");
-        for (int i = 0; i < n.rows(); ++i) {
-            NodeInfo ni;
-            ni.id = n.int64(i, 0);
-            ni.name = std::string(n.text(i, 1));
-            ni.host = std::string(n.text(i, 2));
-            ni.pid = static_cast<int>(n.int64(i, 3));
-            ni.kinds = parse_json_strings(n.text(i, 4));
-            ni.tags = parse_json_strings(n.text(i, 5));
-            ni.lease_left_s = n.float8(i, 6);
-            ni.batches = n.int64(i, 7);
-            ni.tasks = n.int64(i, 8);
-            s.nodes.push_back(std::move(ni));
-        }
-        detail::Result o = connection().exec(
-            "SELECT coalesce(extract(epoch FROM now() - min(run_at)), 0)::float8 FROM ax.tasks "
-            "WHERE node_id IS NULL AND run_at <= now()");
-        s.oldest_pending_age_s = o.float8(0, 0);
-        detail::Result u = connection().exec(
-            "SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM ax.nodes n WHERE n.lease_until > now() "
-            "AND t.kind = ANY (n.kinds)) THEN 'kind ' || t.kind || ': no live node handles it' "
-            "ELSE 'kind ' || t.kind || ' tags [' || array_to_string(t.tags, ',') || "
-            "']: no live node offers them' END, count(*) "
-            "FROM ax.tasks t WHERE t.node_id IS NULL AND NOT EXISTS (SELECT 1 FROM ax.nodes n "
-            "WHERE n.lease_until > now() AND t.kind = ANY (n.kinds) AND t.tags <@ n.tags) "
-            "GROUP BY 1 ORDER BY 1");
-        for (int i = 0; i < u.rows(); ++i) {
-            s.unclaimable.emplace_back(std::string(u.text(i, 0)), u.int64(i, 1));
-            s.unclaimable_total += u.int64(i, 1);
-        }
-        detail::Result k = connection().exec("SELECT name, value FROM ax.counters");
-        for (int i = 0; i < k.rows(); ++i) {
-            const auto name = k.text(i, 0);
-            const auto v = k.int64(i, 1);
-            if (name == "reclaimed_batches")
-                s.reclaimed_batches = v;
-            else if (name == "reclaimed_tasks")
-                s.reclaimed_tasks = v;
-            else if (name == "checksum_mismatches")
-                s.checksum_mismatches = v;
-        }
+        s.nodes = sql::nodes(connection());
+        s.oldest_pending_age_s = sql::oldest_pending_age_s(connection());
+        s.unclaimable = sql::unclaimable(connection());
+        for (const auto& [reason, n] : s.unclaimable)
+            s.unclaimable_total += n;
+        const sql::RecoveryCounters k = sql::recovery_counters(connection());
+        s.reclaimed_batches = k.reclaimed_batches;
+        s.reclaimed_tasks = k.reclaimed_tasks;
+        s.checksum_mismatches = k.checksum_mismatches;
         return s;
     }
 
@@ -500,118 +154,6 @@ class Client {
     [[nodiscard]] const ClientOptions& options() const noexcept { return options_; }
 
   private:
-    /// The fast path of enqueue_many (no idempotency key in the call): enqueue_unkeyed_sql, whose
-    /// one binary int8[] result holds the IDs; ascending ID order is input order (see the SQL).
-    std::vector<Enqueued> enqueue_unkeyed(std::size_t n,
-                                          std::array<detail::BinaryArray*, 7> arrays) {
-        const char* values[7];
-        int lengths[7];
-        int formats[7];
-        for (std::size_t i = 0; i < 7; ++i) {
-            values[i] = arrays[i]->data();
-            lengths[i] = arrays[i]->length();
-            formats[i] = 1;
-        }
-        detail::Result r =
-            connection().exec_raw(detail::enqueue_unkeyed_sql, 7, values, lengths, formats, 1);
-        return ids_of(r, n);
-    }
-
-    /// The bulk path of enqueue_many (no key, no delay, ClientOptions::copy_min_tasks or more):
-    /// reserves n IDs from the tasks' sequence (ascending: one nextval after another), then
-    /// writes the rows with one binary COPY, the rest of each row from the column defaults
-    /// (run_at and enqueued_at are the COPY's now()). A failed COPY leaves only a gap of unused
-    /// IDs, as a failed INSERT does.
-    std::vector<Enqueued> enqueue_copy(std::span<const NewTask> tasks) {
-        const std::size_t n = tasks.size();
-        const std::string count = std::to_string(n);
-        const char* v[1] = {count.c_str()};
-        detail::Result r =
-            connection().exec_raw(detail::reserve_ids_sql, 1, v, nullptr, nullptr, 1);
-        std::vector<Enqueued> out = ids_of(r, n);
-        // The binary COPY format: signature, flags, header extension length; per row the field
-        // count and each field as length + bytes (the types' binary send formats); -1 at the end.
-        std::string& b = copy_buf_;
-        b.clear();
-        b.append("PGCOPY\n\377\r\n\0", 11);
-        put_be(b, std::uint32_t{0});
-        put_be(b, std::uint32_t{0});
-        for (std::size_t i = 0; i < n; ++i) {
-            const NewTask& t = tasks[i];
-            put_be(b, std::uint16_t{7});
-            put_be(b, std::uint32_t{8});
-            put_be(b, static_cast<std::uint64_t>(out[i].id));
-            put_be(b, static_cast<std::uint32_t>(t.kind.size()));
-            b.append(t.kind);
-            put_be(b, static_cast<std::uint32_t>(t.payload.size()));
-            b.append(t.payload);
-            put_be(b, std::uint32_t{2});
-            put_be(b, static_cast<std::uint16_t>(t.priority));
-            put_be(b, std::uint32_t{4});
-            put_be(b, static_cast<std::uint32_t>(t.timeout.count()));
-            put_be(b, std::uint32_t{4});
-            put_be(b, static_cast<std::uint32_t>(t.max_attempts));
-            // text[]: ndim 0 when empty; else one dimension (length, lower bound 1) of elements.
-            std::size_t bytes = 12;
-            if (!t.tags.empty()) {
-                bytes += 8;
-                for (std::string_view tag : t.tags)
-                    bytes += 4 + tag.size();
-            }
-            put_be(b, static_cast<std::uint32_t>(bytes));
-            put_be(b, std::uint32_t{t.tags.empty() ? 0u : 1u});
-            put_be(b, std::uint32_t{0});
-            put_be(b, std::uint32_t{detail::BinaryArray::text_oid});
-            if (!t.tags.empty()) {
-                put_be(b, static_cast<std::uint32_t>(t.tags.size()));
-                put_be(b, std::uint32_t{1});
-                for (std::string_view tag : t.tags) {
-                    put_be(b, static_cast<std::uint32_t>(tag.size()));
-                    b.append(tag);
-                }
-            }
-        }
-        put_be(b, std::uint16_t{0xffff});
-        detail::Result done = connection().copy_in(detail::enqueue_copy_sql, b);
-        const char* tuples = PQcmdTuples(done.get());
-        if (std::to_string(n) != tuples)
-            throw Error("ax::pg: enqueue copied " + std::string(tuples) + " rows for " +
-                        std::to_string(n) + " tasks");
-        // A large call's buffer is not kept past the call.
-        if (b.capacity() > (std::size_t{4} << 20))
-            std::string().swap(b);
-        return out;
-    }
-
-    /// The IDs of a one-row binary int8[] result, ascending (the order they were taken in, which
-    /// is input order), checked to be n of them.
-    static std::vector<Enqueued> ids_of(detail::Result& r, std::size_t n) {
-        // Binary int8[]: ndim, has-nulls, element OID, length, lower bound, then (len, value).
-        const std::size_t got =
-            r.rows() == 1 && !r.null(0, 0) && PQgetlength(r.get(), 0, 0) >= 20
-                ? static_cast<std::size_t>(detail::be32(PQgetvalue(r.get(), 0, 0) + 12))
-                : 0;
-        if (got != n || static_cast<std::size_t>(PQgetlength(r.get(), 0, 0)) != 20 + 12 * n)
-            throw Error("ax::pg: enqueue returned " + std::to_string(got) + " IDs for " +
-                        std::to_string(n) + " tasks");
-        const char* p = PQgetvalue(r.get(), 0, 0) + 20;
-        std::vector<Enqueued> out(n);
-        bool ascending = true;
-        for (std::size_t i = 0; i < n; ++i) {
-            out[i].id = detail::be64(p + 12 * i + 4);
-            ascending = ascending && (i == 0 || out[i].id > out[i - 1].id);
-        }
-        if (!ascending)
-            std::sort(out.begin(), out.end(),
-                      [](const Enqueued& a, const Enqueued& b) { return a.id < b.id; });
-        return out;
-    }
-
-    template <class U> static void put_be(std::string& b, U v) {
-        for (int s = static_cast<int>(sizeof(U)) - 1; s >= 0; --s)
-            b.push_back(static_cast<char>((v >> (8 * s)) & 0xff));
-    }
-
     detail::Connection& connection() {
         if (!conn_.ok())
             conn_ = detail::Connection::open(conninfo_);
@@ -625,8 +167,8 @@ class Client {
     }
 
     void validate(const NewTask& t, std::size_t i) const {
-        if (t.kind.empty() || t.kind.size() > 200)
-            bad(i, "kind", "'" + std::string(t.kind.substr(0, 40)) + "'", "must be 1..200 bytes");
+        if (!valid_kind(t.kind))
+            bad(i, "kind", "'" + std::string(t.kind.substr(0, 40)) + "'", std::string(kind_rule));
         if (t.payload.size() > options_.max_payload_bytes)
             bad(i, "payload", std::to_string(t.payload.size()) + " bytes",
                 "exceeds max_payload_bytes (" + std::to_string(options_.max_payload_bytes) +
@@ -644,71 +186,14 @@ class Client {
             bad(i, "idempotency_key", std::to_string(t.idempotency_key.size()) + " bytes",
                 "must be at most 512 bytes");
         for (std::string_view tag : t.tags)
-            if (tag.empty() || tag.size() > 100 || tag.find(',') != std::string_view::npos ||
-                tag.find('{') != std::string_view::npos || tag.find('"') != std::string_view::npos)
-                bad(i, "tags", "'" + std::string(tag.substr(0, 40)) + "'",
-                    "each tag must be 1..100 bytes without ',', '{' or '\"'");
-    }
-
-    static TaskState parse_state(std::string_view s) {
-        if (s == "pending")
-            return TaskState::pending;
-        if (s == "scheduled")
-            return TaskState::scheduled;
-        if (s == "claimed")
-            return TaskState::claimed;
-        if (s == "succeeded")
-            return TaskState::succeeded;
-        if (s == "cancelled")
-            return TaskState::cancelled;
-        if (s == "dead_lettered")
-            return TaskState::dead_lettered;
-        return TaskState::discarded;
+            if (!valid_tag(tag))
+                bad(i, "tags", "'" + std::string(tag.substr(0, 40)) + "'", std::string(tag_rule));
     }
 
   public:
     /// Parses a JSON array of strings as array_to_json writes it (for operators' tools).
     static std::vector<std::string> parse_json_strings(std::string_view j) {
-        std::vector<std::string> out;
-        std::size_t i = 0;
-        while (i < j.size()) {
-            if (j[i] != '"') {
-                ++i;
-                continue;
-            }
-            std::string s;
-            for (++i; i < j.size() && j[i] != '"'; ++i) {
-                if (j[i] == '\\' && i + 1 < j.size()) {
-                    const char e = j[++i];
-                    switch (e) {
-                    case 'n':
-                        s += '\n';
-                        break;
-                    case 't':
-                        s += '\t';
-                        break;
-                    case 'r':
-                        s += '\r';
-                        break;
-                    case 'u':
-                        // Control characters only (array_to_json escapes nothing else).
-                        if (i + 4 < j.size()) {
-                            s += static_cast<char>(
-                                std::stoi(std::string(j.substr(i + 1, 4)), nullptr, 16));
-                            i += 4;
-                        }
-                        break;
-                    default:
-                        s += e;
-                    }
-                } else {
-                    s += j[i];
-                }
-            }
-            ++i;
-            out.push_back(std::move(s));
-        }
-        return out;
+        return detail::parse_json_strings(j);
     }
 
   private:

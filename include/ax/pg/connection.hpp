@@ -2,8 +2,10 @@
 #pragma once
 
 // libpq plumbing shared by ax::pg::Client and ax::pg::Node: errors, connection-string checks,
-// an owning connection and result, binary array parameters, and the migration runner.
+// an owning connection and result, and the migration runner. The binary formats of parameters
+// and results are in detail/wire.hpp.
 
+#include "detail/wire.hpp"
 #include "schema.hpp"
 
 #include <algorithm>
@@ -12,6 +14,7 @@
 #include <cstring>
 #include <libpq-fe.h>
 #include <memory>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -95,148 +98,15 @@ class Result {
         return std::stod(std::string(text(row, col)));
     }
     [[nodiscard]] bool boolean(int row, int col) const { return text(row, col) == "t"; }
+    /// The rows an INSERT, UPDATE, DELETE or COPY touched, as the server reported them.
+    [[nodiscard]] std::string_view affected_rows() const noexcept { return PQcmdTuples(r_); }
 
   private:
     PGresult* r_ = nullptr;
 };
 
-/// Big-endian reads of binary-format result values.
-inline std::int64_t be64(const char* p) noexcept {
-    std::uint64_t v = 0;
-    for (int i = 0; i < 8; ++i)
-        v = (v << 8) | static_cast<unsigned char>(p[i]);
-    return static_cast<std::int64_t>(v);
-}
-inline std::int32_t be32(const char* p) noexcept {
-    std::uint32_t v = 0;
-    for (int i = 0; i < 4; ++i)
-        v = (v << 8) | static_cast<unsigned char>(p[i]);
-    return static_cast<std::int32_t>(v);
-}
-inline std::int16_t be16(const char* p) noexcept {
-    return static_cast<std::int16_t>((static_cast<unsigned char>(p[0]) << 8) |
-                                     static_cast<unsigned char>(p[1]));
-}
-
-/// A one-dimensional array parameter in PostgreSQL's binary format, built in a reused buffer so
-/// that refilling it per batch does not allocate once it has grown to the batch size.
-class BinaryArray {
-  public:
-    /// Element type OIDs (pg_type.h).
-    static constexpr std::uint32_t bool_oid = 16, bytea_oid = 17, int8_oid = 20, int2_oid = 21,
-                                   int4_oid = 23, text_oid = 25;
-
-    explicit BinaryArray(std::uint32_t elem_oid) : oid_(elem_oid) { clear(); }
-
-    void clear() {
-        buf_.clear();
-        put32(1); // ndim
-        put32(0); // has nulls (patched)
-        put32(oid_);
-        put32(0); // dimension length (patched)
-        put32(1); // lower bound
-        n_ = 0;
-        nulls_ = false;
-    }
-    void add_int64(std::int64_t v) {
-        put32(8);
-        put64(static_cast<std::uint64_t>(v));
-        ++n_;
-    }
-    void add_int32(std::int32_t v) {
-        put32(4);
-        put32(static_cast<std::uint32_t>(v));
-        ++n_;
-    }
-    void add_int16(std::int16_t v) {
-        put32(2);
-        buf_.push_back(static_cast<char>((static_cast<std::uint16_t>(v) >> 8) & 0xff));
-        buf_.push_back(static_cast<char>(static_cast<std::uint16_t>(v) & 0xff));
-        ++n_;
-    }
-    void add_bool(bool v) {
-        put32(1);
-        buf_.push_back(v ? 1 : 0);
-        ++n_;
-    }
-    void add_bytes(std::string_view s) {
-        put32(static_cast<std::uint32_t>(s.size()));
-        buf_.append(s.data(), s.size());
-        ++n_;
-    }
-    void add_null() {
-        put32(0xffffffffu);
-        nulls_ = true;
-        ++n_;
-    }
-    [[nodiscard]] std::size_t size() const noexcept { return n_; }
-    [[nodiscard]] bool empty() const noexcept { return n_ == 0; }
-
-    /// The parameter bytes (valid until the next change).
-    [[nodiscard]] const char* data() {
-        finish();
-        return buf_.data();
-    }
-    [[nodiscard]] int length() {
-        finish();
-        return static_cast<int>(buf_.size());
-    }
-
-  private:
-    void finish() {
-        if (n_ == 0) {
-            // An empty array has no dimensions: ndim 0, flags, element type.
-            buf_.resize(12);
-            patch32(0, 0);
-            patch32(4, 0);
-            return;
-        }
-        patch32(4, nulls_ ? 1 : 0);
-        patch32(12, static_cast<std::uint32_t>(n_));
-    }
-    void put32(std::uint32_t v) {
-        char b[4] = {static_cast<char>(v >> 24), static_cast<char>(v >> 16),
-                     static_cast<char>(v >> 8), static_cast<char>(v)};
-        buf_.append(b, 4);
-    }
-    void put64(std::uint64_t v) {
-        put32(static_cast<std::uint32_t>(v >> 32));
-        put32(static_cast<std::uint32_t>(v));
-    }
-    void patch32(std::size_t at, std::uint32_t v) {
-        buf_[at] = static_cast<char>(v >> 24);
-        buf_[at + 1] = static_cast<char>(v >> 16);
-        buf_[at + 2] = static_cast<char>(v >> 8);
-        buf_[at + 3] = static_cast<char>(v);
-    }
-
-    std::uint32_t oid_;
-    std::string buf_;
-    std::size_t n_ = 0;
-    bool nulls_ = false;
-};
-
-/// Binary int4 / int8 scalar parameters (network byte order).
-struct BinaryInt {
-    char bytes[8];
-    int len;
-    static BinaryInt int4(std::int32_t v) {
-        BinaryInt b{};
-        const auto u = static_cast<std::uint32_t>(v);
-        for (int i = 0; i < 4; ++i)
-            b.bytes[i] = static_cast<char>(u >> (24 - 8 * i));
-        b.len = 4;
-        return b;
-    }
-    static BinaryInt int8(std::int64_t v) {
-        BinaryInt b{};
-        const auto u = static_cast<std::uint64_t>(v);
-        for (int i = 0; i < 8; ++i)
-            b.bytes[i] = static_cast<char>(u >> (56 - 8 * i));
-        b.len = 8;
-        return b;
-    }
-};
+/// Format of a statement's parameters or results (libpq's resultFormat / paramFormats codes).
+enum class Format : int { text = 0, binary = 1 };
 
 /// One libpq connection. Not thread-safe: each owner (a Client, a Node's driver thread) keeps
 /// its own.
@@ -305,6 +175,25 @@ class Connection {
         return check(
             Result(PQexecParams(c_, sql, n, nullptr, values, lengths, formats, result_format)),
             sql);
+    }
+
+    /// Runs one statement whose parameters are all binary values (detail/wire.hpp's encodings,
+    /// types inferred by the server from the statement's casts); results in `result_format`.
+    Result exec_binary(const char* sql, std::span<const std::string_view> params,
+                       Format result_format) {
+        constexpr std::size_t max_params = 16;
+        if (params.size() > max_params)
+            throw std::invalid_argument("ax::pg: exec_binary takes at most 16 parameters");
+        const char* values[max_params];
+        int lengths[max_params];
+        int formats[max_params];
+        for (std::size_t i = 0; i < params.size(); ++i) {
+            values[i] = params[i].data();
+            lengths[i] = static_cast<int>(params[i].size());
+            formats[i] = static_cast<int>(Format::binary);
+        }
+        return exec_raw(sql, static_cast<int>(params.size()), values, lengths, formats,
+                        static_cast<int>(result_format));
     }
 
     /// Runs `sql` (a COPY ... FROM STDIN) and streams `data` to it as the copy data; returns the

@@ -1,8 +1,8 @@
 // ax::pg — distributed mode on PostgreSQL. SPDX-License-Identifier: MIT
 #pragma once
 
-#include "client.hpp"
 #include "node_options.hpp"
+#include "types.hpp"
 
 #include <array>
 #include <cmath>

@@ -2,8 +2,8 @@
 #pragma once
 
 #include "../prometheus.hpp"
-#include "client.hpp"
 #include "node_options.hpp"
+#include "types.hpp"
 
 #include <cstddef>
 #include <cstdint>

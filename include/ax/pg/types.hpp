@@ -1,0 +1,240 @@
+// ax — Adaptive eXchange Scheduler. SPDX-License-Identifier: MIT
+#pragma once
+
+// The distributed mode's client-facing vocabulary, std and ax/task.hpp only: what a producer
+// enqueues (NewTask) and gets back (Enqueued), where a task is (TaskState, TaskStatus), what a
+// cancel did, dead letters, counts and the cluster status, and the one copy of the rules for
+// kinds and tags (valid_kind, valid_tag) that the client and the node both apply. Read by
+// client.hpp, json.hpp and prometheus.hpp, so rendering a Status needs neither libpq nor the
+// Client.
+
+#include "../task.hpp"
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace ax::pg {
+
+/// Longest task kind, in bytes (a kind is 1..max_kind_bytes).
+inline constexpr std::size_t max_kind_bytes = 200;
+/// Longest tag, in bytes (a tag is 1..max_tag_bytes).
+inline constexpr std::size_t max_tag_bytes = 100;
+/// What valid_kind checks, for error messages.
+inline constexpr std::string_view kind_rule = "must be 1..200 bytes";
+/// What valid_tag checks, for error messages.
+inline constexpr std::string_view tag_rule =
+    "each tag must be 1..100 bytes without ',', '{' or '\"'";
+
+/// A kind a handler can be registered under and a task enqueued with: 1..200 bytes.
+[[nodiscard]] constexpr bool valid_kind(std::string_view kind) noexcept {
+    return !kind.empty() && kind.size() <= max_kind_bytes;
+}
+
+/// A tag a node can offer and a task require: 1..100 bytes, none of ',' (the enqueue statement
+/// sends a task's tags comma-joined), '{' or '"' (array literal syntax).
+[[nodiscard]] constexpr bool valid_tag(std::string_view tag) noexcept {
+    return !tag.empty() && tag.size() <= max_tag_bytes &&
+           tag.find_first_of(",{\"") == std::string_view::npos;
+}
+
+/// One task to enqueue. Designated initializers read well:
+/// `client.enqueue({.kind = "thumb", .payload = bytes, .priority = ax::Priority::high})`.
+struct NewTask {
+    /// Which handler runs it; only nodes that registered this kind claim it. Until one does, the
+    /// task waits (visible in Client::status() as unhandled). 1..200 bytes.
+    std::string_view kind;
+    /// Opaque bytes handed to the handler; at most ClientOptions::max_payload_bytes.
+    std::string_view payload{};
+    /// Claim lane: nodes take high:normal:low in 3:2:1 shares (weights of the node's Config).
+    Priority priority = Priority::normal;
+    /// Per-attempt timeout on the node, measured from the handler's last heartbeat (zero: none).
+    std::chrono::milliseconds timeout{0};
+    /// Attempts before the task becomes a dead letter (default 4 = the core's 1 + retry_max 3).
+    int max_attempts = 4;
+    /// Not claimable before now + delay.
+    std::chrono::milliseconds delay{0};
+    /// Idempotency key (empty: none; at most 512 bytes): one key, one task ID, from any number of
+    /// producers and nodes, however enqueues race claims, acknowledgements, retries, dead
+    /// letters, replays and discards. A second enqueue with the key answers the first task's ID
+    /// (Enqueued::existed) while that task is live (pending, scheduled, claimed, retrying) or a
+    /// dead letter, and for the history retention (NodeOptions::history_retention, 1 h by
+    /// default) after it ended (succeeded, cancelled, discarded; a dead letter that expired
+    /// with its ring, Client::set_dead_letter_retention, is forgotten at once). After that,
+    /// maintenance forgets the key and the same key makes a new task. The key's row in
+    /// ax.idem_keys is the one arbiter (docs/distributed.md).
+    std::string_view idempotency_key{};
+    /// Tags a node must offer to claim it ("gpu", "bigmem"); no commas, 1..100 bytes each.
+    std::vector<std::string_view> tags{};
+};
+
+/// What enqueue answers per task.
+struct Enqueued {
+    /// The task's ID (the earlier task's, when the idempotency key was already taken).
+    std::int64_t id = 0;
+    /// True when the key was taken and no new task was added.
+    bool existed = false;
+};
+
+/// Where a distributed task is.
+enum class TaskState : std::uint8_t {
+    pending,       ///< Claimable now.
+    scheduled,     ///< Waiting for its run-at (a delay, or a retry's back-off).
+    claimed,       ///< Held by a node (queued locally or running).
+    succeeded,     ///< Finished (still in the history).
+    cancelled,     ///< Cancelled (still in the history).
+    dead_lettered, ///< Failed for good; replay or discard it.
+    discarded,     ///< A dead letter that was discarded (still in the history).
+};
+
+/// "pending", "scheduled", ...
+constexpr std::string_view to_string(TaskState s) noexcept {
+    switch (s) {
+    case TaskState::pending:
+        return "pending";
+    case TaskState::scheduled:
+        return "scheduled";
+    case TaskState::claimed:
+        return "claimed";
+    case TaskState::succeeded:
+        return "succeeded";
+    case TaskState::cancelled:
+        return "cancelled";
+    case TaskState::dead_lettered:
+        return "dead_lettered";
+    case TaskState::discarded:
+        return "discarded";
+    }
+    return "unknown";
+}
+
+/// What query() reports.
+struct TaskStatus {
+    std::int64_t id = 0;
+    std::string kind;
+    TaskState state = TaskState::pending;
+    Priority priority = Priority::normal;
+    /// Attempts started so far.
+    int attempts = 0;
+    /// The node holding it (claimed), or the node that finished it; 0 when none.
+    std::int64_t node_id = 0;
+    /// A cancel was requested while a node held it.
+    bool cancel_requested = false;
+    /// Errors of the failed attempts, oldest first (live tasks and dead letters).
+    std::vector<std::string> errors;
+};
+
+/// What cancel() did.
+enum class CancelResult : std::uint8_t {
+    cancelled,        ///< It was not claimed: cancelled at once.
+    cancel_requested, ///< A node holds it: the node was told, its stop token is requested.
+    finished,         ///< Too late: it already finished.
+    dead_lettered,    ///< It is a dead letter (discard it instead).
+    unknown,          ///< No such task (or its history was pruned).
+};
+
+/// "cancelled", "cancel_requested", ...
+constexpr std::string_view to_string(CancelResult r) noexcept {
+    switch (r) {
+    case CancelResult::cancelled:
+        return "cancelled";
+    case CancelResult::cancel_requested:
+        return "cancel_requested";
+    case CancelResult::finished:
+        return "finished";
+    case CancelResult::dead_lettered:
+        return "dead_lettered";
+    case CancelResult::unknown:
+        return "unknown";
+    }
+    return "unknown";
+}
+
+/// One dead letter.
+struct DeadLetterInfo {
+    std::int64_t id = 0;
+    std::string kind;
+    Priority priority = Priority::normal;
+    int attempts = 0;
+    /// "permanent error", "attempts exhausted".
+    std::string reason;
+    /// Every failed attempt's error, oldest first.
+    std::vector<std::string> errors;
+    std::string payload;
+    /// Seconds since it failed.
+    double age_s = 0;
+};
+
+/// Live tasks by state and priority lane (index: 0 high, 1 normal, 2 low), plus the rest.
+struct Counts {
+    std::array<std::int64_t, 3> pending{};
+    std::array<std::int64_t, 3> scheduled{};
+    std::array<std::int64_t, 3> claimed{};
+    std::int64_t dead_letters = 0;
+    /// In the history (bounded by the retention).
+    std::int64_t succeeded = 0;
+    std::int64_t cancelled = 0;
+    std::int64_t discarded = 0;
+    /// Live tasks of all states.
+    [[nodiscard]] std::int64_t live() const noexcept {
+        std::int64_t n = 0;
+        for (std::size_t p = 0; p < 3; ++p)
+            n += pending[p] + scheduled[p] + claimed[p];
+        return n;
+    }
+};
+
+/// A node as the database sees it.
+struct NodeInfo {
+    std::int64_t id = 0;
+    std::string name;
+    std::string host;
+    int pid = 0;
+    std::vector<std::string> kinds;
+    std::vector<std::string> tags;
+    /// Seconds left on its lease; negative once expired (maintenance then reclaims its batches).
+    double lease_left_s = 0;
+    std::int64_t batches = 0;
+    std::int64_t tasks = 0;
+};
+
+/// Everything `ax-pg status` prints.
+struct Status {
+    Counts counts;
+    std::vector<NodeInfo> nodes;
+    /// Age of the oldest claimable task (0 when none).
+    double oldest_pending_age_s = 0;
+    /// Claimable tasks no live node can take, by reason: kinds no live node handles, and tags no
+    /// live node offers (each as "kind [tags]" with its count).
+    std::vector<std::pair<std::string, std::int64_t>> unclaimable;
+    std::int64_t unclaimable_total = 0;
+    /// Recovery counters since the schema was created.
+    std::int64_t reclaimed_batches = 0;
+    std::int64_t reclaimed_tasks = 0;
+    std::int64_t checksum_mismatches = 0;
+};
+
+/// The TaskState named `s` (to_string's inverse); discarded for any other text.
+[[nodiscard]] constexpr TaskState task_state_from_string(std::string_view s) noexcept {
+    for (const TaskState t : {TaskState::pending, TaskState::scheduled, TaskState::claimed,
+                              TaskState::succeeded, TaskState::cancelled, TaskState::dead_lettered})
+        if (to_string(t) == s)
+            return t;
+    return TaskState::discarded;
+}
+
+/// The CancelResult named `s` (to_string's inverse); unknown for any other text.
+[[nodiscard]] constexpr CancelResult cancel_result_from_string(std::string_view s) noexcept {
+    for (const CancelResult r : {CancelResult::cancelled, CancelResult::cancel_requested,
+                                 CancelResult::finished, CancelResult::dead_lettered})
+        if (to_string(r) == s)
+            return r;
+    return CancelResult::unknown;
+}
+
+} // namespace ax::pg
