@@ -257,16 +257,25 @@ std::uint32_t thumbnail(const Image& img) {
     return sum;
 }
 
-/// Picks the image side so that one thumbnail takes about `target_ms` on this machine.
+/// The calling thread's CPU time, ns.
+std::int64_t thread_cpu_ns() {
+    timespec ts{};
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+/// Picks the image side so that one thumbnail takes about `target_ms` of CPU on this machine.
+/// Timed in the thread's CPU time: the wall clock also counts time preempted by other
+/// processes, and on a loaded machine it made every task several times smaller than asked.
 int calibrate_side(double target_ms) {
     auto time_ms = [](int side) {
         const Image img = make_image(side);
         std::vector<double> t;
         volatile std::uint32_t sink = 0;
         for (int i = 0; i < 9; ++i) {
-            const auto a = Clock::now();
+            const std::int64_t a = thread_cpu_ns();
             sink = sink + thumbnail(img);
-            t.push_back(std::chrono::duration<double, std::milli>(Clock::now() - a).count());
+            t.push_back(static_cast<double>(thread_cpu_ns() - a) * 1e-6);
         }
         std::sort(t.begin(), t.end());
         return t[t.size() / 2];
@@ -278,14 +287,15 @@ int calibrate_side(double target_ms) {
     return side;
 }
 
-/// Median time of one cpu-heavy task (fill a fresh image, downscale it) on this machine, in ms.
+/// Median CPU time of one cpu-heavy task (fill a fresh image, downscale it) on this machine, in
+/// ms (thread CPU time, as calibrate_side).
 double heavy_task_ms(int side) {
     std::vector<double> t;
     volatile std::uint32_t sink = 0;
     for (std::uint32_t i = 0; i < 5; ++i) {
-        const auto a = Clock::now();
+        const std::int64_t a = thread_cpu_ns();
         sink = sink + thumbnail(make_image(side, i));
-        t.push_back(std::chrono::duration<double, std::milli>(Clock::now() - a).count());
+        t.push_back(static_cast<double>(thread_cpu_ns() - a) * 1e-6);
     }
     std::sort(t.begin(), t.end());
     return t[t.size() / 2];
@@ -326,12 +336,6 @@ struct Result {
     std::uint64_t ctl_rounds = 0, ctl_changes = 0, ctl_direction_changes = 0;
     std::vector<Sample> samples;
 };
-
-std::int64_t thread_cpu_ns() {
-    timespec ts{};
-    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 /// Side of the cached image of a family task's compute-bound part (12 KiB: stays in cache).
 constexpr int small_side = 64;
