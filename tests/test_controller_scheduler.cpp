@@ -97,6 +97,9 @@ TEST_CASE("the default controller reports its inputs, CPU share included", "[con
     CHECK(c.inputs.offered_total >= 2);
     if (ax::detail::current_thread_tid() != 0)
         CHECK(measured);
+    // The completed attempts reach the controller too (issue 33: a widening is judged on them):
+    // once both bodies returned, a later round counts them.
+    CHECK(eventually([&] { return sched.metrics().controller.inputs.completed_total >= 2; }));
 }
 
 TEST_CASE("the default controller grows a large admitted queue without refusals", "[controller]") {

@@ -3,7 +3,9 @@
 // the ideal, worker counts, direction changes), never on wall-clock time. AX_SIM_VERBOSE=1
 // prints each run's figures.
 #include "controller_sim.hpp"
+#include "workload_family.hpp"
 
+#include <algorithm>
 #include <ax/adaptive_controller.hpp>
 #include <ax/controller.hpp>
 #include <catch2/catch.hpp>
@@ -452,4 +454,309 @@ TEST_CASE("sim: at the end of a run of work the surplus leaves within ticks, not
     for (std::size_t k = tail + 1; k <= tail + 3; ++k)
         CHECK(r.target_trace[k] < r.target_trace[k - 1]);
     CHECK(r.direction_changes <= 2);
+}
+
+// ---- issue 33: the controller generalizes (memory contention, idle cores, generated family) --
+
+namespace {
+
+/// One round's input for the policy tests below (2 cores, a 10 ms round).
+ax::ControllerInput round_input(std::uint32_t queue, std::uint32_t current, std::uint32_t busy,
+                                double avg_s) {
+    ax::ControllerInput in;
+    in.queue_length = queue;
+    in.current_target = current;
+    in.live_workers = current;
+    in.busy_workers = busy;
+    in.avg_duration_s = avg_s;
+    in.cores = 2;
+    in.elapsed_s = 0.01;
+    return in;
+}
+
+} // namespace
+
+TEST_CASE("sim: memory-bound work takes more CPU per task the more tasks compute at once",
+          "[controller][sim]") {
+    // 200 x 10 ms of CPU: alone, each takes its 10 ms; with memory_contention 0.05, k tasks
+    // computing at once take 1 + 0.05 x (k - 1) times as long, up to memory_saturation (16).
+    // Compute-bound tasks (mem 0) do not slow down.
+    Setup s = machine(2, 4096);
+    s.memory_contention = 0.05;
+    s.oversubscription_penalty = 0.0;
+    for (const double mem : {0.0, 1.0}) {
+        std::vector<Arrival> a;
+        ax_sim::burst(a, 0.0, 200, Task{10e-3, 0.0, mem});
+        const Result one = fixed(s, a, 1);
+        const Result two = fixed(s, a, 2);
+        const Result crowd = fixed(s, a, 64);
+        INFO("mem " << mem << ": CPU s " << one.cpu_seconds << " / " << two.cpu_seconds << " / "
+                    << crowd.cpu_seconds);
+        CHECK(one.cpu_seconds == Approx(2.0).epsilon(0.01));
+        if (mem == 0.0) {
+            CHECK(two.cpu_seconds == Approx(2.0).epsilon(0.01));
+            CHECK(crowd.cpu_seconds == Approx(2.0).epsilon(0.01));
+        } else {
+            CHECK(two.cpu_seconds == Approx(2.0 * 1.05).epsilon(0.01));
+            CHECK(crowd.cpu_seconds == Approx(2.0 * 1.75).epsilon(0.02)); // 1 + 0.05 x 15
+            // The crowd finishes later, not sooner: the cores are as busy, each task longer.
+            CHECK(crowd.makespan_s > 1.5 * two.makespan_s);
+        }
+    }
+    // Sleep first, then compute: the CPU part starts only after the sleep.
+    std::vector<Arrival> a;
+    ax_sim::burst(a, 0.0, 4, Task{10e-3, 20e-3, 0.0, true});
+    const Result r = fixed(s, a, 4);
+    CHECK(r.makespan_s == Approx(0.040).margin(0.002)); // 20 ms asleep, then 2 x 10 ms per core
+}
+
+TEST_CASE("sim: dispatch within a step keeps two workers' cores busy on tasks shorter than "
+          "a step",
+          "[controller][sim]") {
+    // 4000 x 0.13 ms of pure CPU (shorter than the 0.25 ms step) on 2 cores: 0.26 s of work.
+    // Dispatched only at step boundaries, two workers idle the rest of each step and a pool of
+    // 8 wins by a quarter (a bias toward large pools no machine has); dispatched within the
+    // step, two workers keep both cores busy and no larger pool beats them.
+    Setup s = machine(2, 4096);
+    std::vector<Arrival> a;
+    ax_sim::burst(a, 0.0, 4000, Task{0.13e-3, 0.0});
+    const Result coarse2 = fixed(s, a, 2);
+    const Result coarse8 = fixed(s, a, 8);
+    CHECK(coarse2.makespan_s > 1.2 * coarse8.makespan_s); // the bias the option removes
+    s.dispatch_within_step = true;
+    const Result fine2 = fixed(s, a, 2);
+    const Result fine8 = fixed(s, a, 8);
+    CHECK(fine2.makespan_s == Approx(0.26).epsilon(0.02));
+    CHECK(fine2.makespan_s <= 1.01 * fine8.makespan_s);
+    // Every task still runs once, and each wait is measured from its own start.
+    CHECK(fine2.cpu_seconds == Approx(0.52).epsilon(0.01));
+    CHECK(std::all_of(fine2.wait_s.begin(), fine2.wait_s.end(), [](double w) { return w >= 0.0; }));
+}
+
+TEST_CASE("AdaptiveController: runqueue wait beside idle cores is latency, not contention",
+          "[controller]") {
+    // 40 workers, each waiting for a CPU 90 % of its busy time. With the cores busy that is
+    // oversubscription (shrink to the cap once two samples agree); with the cores idle 90 % of
+    // the sample it is a woken thread's latency (a vCPU's wake-up, one core's queue while the
+    // other idles) and more workers, not fewer, use the idle time (issue 33).
+    ax::Config cfg;
+    auto sample = [](double idle, int i) {
+        auto in = round_input(100, 40, 38, 0.006); // two between tasks at the tick
+        in.cpu_share = 0.02 + 1e-4 * i;            // a fresh sample each round
+        in.runqueue_share = 0.9;
+        in.idle_cores = idle;
+        return in;
+    };
+    ax::AdaptiveController busy(cfg);
+    ax::ControllerDecision d;
+    for (int i = 0; i < 3; ++i)
+        d = busy(sample(0.0, i));
+    CHECK(d.reason == ax::ControllerReason::runqueue);
+    CHECK(d.target < 40);
+    ax::AdaptiveController idle(cfg);
+    for (int i = 0; i < 3; ++i) {
+        d = idle(sample(1.8, i));
+        // Little's Law on the whole busy time, not on d x (1 - runqueue share): 38 busy
+        // workers are 38 in use (before, 3.8, and the pool shrank for "idle").
+        CHECK(d.reason != ax::ControllerReason::runqueue);
+        CHECK(d.reason != ax::ControllerReason::idle);
+        CHECK(d.target >= 40);
+    }
+}
+
+TEST_CASE("AdaptiveController: a pool seen too small is a floor until the queue drains",
+          "[controller]") {
+    // 4 workers of CPU-heavy work with short sleeps, all busy, the cores idle 40 % of the
+    // sample beside queued work: 4 is too few (the woken workers wait for a core that idles).
+    // The next samples catch the same 4 computing at once (runqueue share 0.55, no idle core)
+    // and read as oversubscribed CPU work: before, the run-queue rule cut the pool to its cap
+    // of 2 and the cores idled a third of the run (1.32 x the best fixed pool, 4, in the
+    // simulator). The floor holds 4 while work stays queued, and lapses when the queue drains
+    // or three samples in a row read the work as CPU-bound.
+    ax::Config cfg;
+    cfg.min_workers = 1;
+    ax::AdaptiveController c(cfg);
+    auto in = round_input(100, 4, 4, 0.018);
+    in.cpu_share = 0.7;
+    in.runqueue_share = 0.25;
+    in.idle_cores = 0.8;
+    std::uint32_t cur = c(in).target;
+    REQUIRE(cur >= 4);
+    std::vector<std::uint32_t> targets;
+    for (int i = 0; i < 2; ++i) {
+        in = round_input(100, cur, cur, 0.02);
+        in.cpu_share = 0.45 + 1e-3 * i;
+        in.runqueue_share = 0.55;
+        in.idle_cores = 0.0;
+        cur = c(in).target;
+        CHECK(cur >= 4);
+    }
+    // Nothing queued: the floor is gone, and the cap (2) applies once two samples agree.
+    for (int i = 0; i < 2; ++i) {
+        in = round_input(0, cur, cur, 0.02);
+        in.cpu_share = 0.46 + 1e-3 * i;
+        in.runqueue_share = 0.55;
+        in.idle_cores = 0.0;
+        cur = c(in).target;
+    }
+    CHECK(cur <= 2);
+}
+
+TEST_CASE("AdaptiveController: a widening must finish more work, not only burn more CPU",
+          "[controller]") {
+    // Mixed work at its cap with idle cores (the widening of issue 12). Each widening raises
+    // the process's CPU use; when the completion rate rises with it the widening goes on, when
+    // it stays flat (memory-bound work: each task takes longer on a CPU the more compute at
+    // once) the raise is taken back and, after two, the widening stops.
+    ax::Config cfg;
+    auto run = [&](bool work_grows) {
+        ax::AdaptiveController c(cfg);
+        std::uint32_t cur = 29;
+        std::uint64_t done = 1000;
+        for (int i = 0; i < 40; ++i) {
+            auto in = round_input(120, cur, cur, 0.023);
+            in.cpu_share = 3.0 / 23.0 + 1e-4 * i;
+            in.idle_cores = 0.5;
+            in.cpu_utilization = std::min(1.0, cur / 150.0);
+            in.elapsed_s = 0.1;                    // one round per sample period
+            done += work_grows ? cur * 4 : 29 * 4; // completions per 100 ms
+            in.completed_total = done;
+            cur = c(in).target;
+        }
+        return cur;
+    };
+    CHECK(run(true) >= 100);
+    CHECK(run(false) <= 44); // at most one raise of widen_step stays
+}
+
+TEST_CASE("sim: issue 33's case: a stream whose workers wake late is not held by the runqueue "
+          "rule",
+          "[controller][sim]") {
+    // 4000 tasks of 0.12 ms CPU, then 1 ms asleep, offered at ~7 300/s, on a VM whose woken
+    // threads wait 5 ms for a core (Setup::wake_latency_s): each worker reads a runqueue share
+    // of 0.8 - 0.97 while the cores idle. Read as contention, the run-queue rule and Little's
+    // Law on d x (1 - runqueue share) shrank the pool to 22 and the idle cores grew it back
+    // to 146, again and again: 1.36 - 1.56 x the best fixed pool (64). Now within 5 %.
+    Setup s = machine(2);
+    s.wake_latency_s = 5e-3;
+    s.oversubscription_penalty = 0.02;
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<double> f(0.75, 1.25);
+    std::vector<Arrival> a;
+    for (int i = 0; i < 4000; ++i)
+        a.push_back({i / 7300.0, Task{0.12e-3 * f(rng), 1e-3 * f(rng)}});
+    const Result r = adaptive(s, a, true, "adaptive wake-late stream");
+    REQUIRE(r.finished);
+    const double best = best_fixed(s, a);
+    CHECK(r.makespan_s <= 1.05 * best);
+    CHECK(r.direction_changes <= 20); // 23 before
+}
+
+namespace {
+
+/// A family workload's tasks as simulator arrivals.
+std::vector<Arrival> arrivals_of(const ax_family::Workload& w) {
+    std::vector<Arrival> a;
+    for (const auto& t : w.tasks)
+        a.push_back({t.release_s, Task{t.cpu_s, t.block_s, t.mem, t.block_first}});
+    return a;
+}
+
+struct FamilyScore {
+    std::vector<double> time_ratio;   // ax / best fixed pool, per workload
+    std::vector<double> thread_ratio; // ax thread-seconds / the best pool's
+};
+
+/// Runs the first `count` workloads of the generated family on `s`: ax with its defaults
+/// against fixed pools of 1 - 200 (max_workers) threads, skipping pools whose nominal lower
+/// bound is over 3 x the largest's (they cannot be the best). The best pool is the fastest;
+/// its thread-seconds are those of the smallest pool within 1 % of it (pools that tie).
+FamilyScore run_family(const Setup& s, std::size_t count, const char* label) {
+    FamilyScore score;
+    const bool verbose = std::getenv("AX_SIM_VERBOSE") != nullptr;
+    for (const auto& w : ax_family::family(count)) {
+        const std::vector<Arrival> a = arrivals_of(w);
+        const double largest = w.estimate_s(200, s.cores);
+        double best = 1e300;
+        std::vector<std::pair<double, double>> pools; // makespan, thread-seconds
+        std::string line;
+        for (const std::uint32_t n : {1u, 2u, 4u, 8u, 16u, 32u, 64u, 128u, 200u}) {
+            if (w.estimate_s(n, s.cores) > 3.0 * largest + 0.2) {
+                line += "      -";
+                continue;
+            }
+            Setup f = s;
+            f.cfg.min_workers = f.cfg.max_workers = n;
+            ax_sim::FixedPolicy p(f.cfg);
+            p.n = n;
+            const Result r = ax_sim::run(f, a, p);
+            REQUIRE(r.finished);
+            pools.emplace_back(r.makespan_s, r.thread_seconds);
+            best = std::min(best, r.makespan_s);
+            char buf[16];
+            std::snprintf(buf, sizeof buf, " %6.3f", r.makespan_s);
+            line += buf;
+        }
+        double best_threads = 1e300;
+        for (const auto& [m, ts] : pools)
+            if (m <= 1.01 * best)
+                best_threads = std::min(best_threads, ts);
+        ax::AdaptiveController c(s.cfg);
+        const Result r = ax_sim::run(s, a, c);
+        REQUIRE(r.finished);
+        score.time_ratio.push_back(r.makespan_s / best);
+        score.thread_ratio.push_back(r.thread_seconds / best_threads);
+        if (verbose)
+            std::printf("%s %-7s ax %6.3f best %6.3f  x%.2f  thread-s x%.2f peak %3u |%s  %s\n",
+                        label, w.name().c_str(), r.makespan_s, best, r.makespan_s / best,
+                        r.thread_seconds / best_threads, r.peak_workers, line.c_str(),
+                        w.describe().c_str());
+    }
+    return score;
+}
+
+double median_of(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+} // namespace
+
+TEST_CASE("sim: the generated family of workloads, ax against the best fixed pool of each",
+          "[controller][sim]") {
+    // 32 workloads nobody tuned the controller for (tests/workload_family.hpp: mixes of 0 -
+    // 100 ms blocking, 0.1 - 20 ms CPU, memory intensity, arrival shapes; seeds 1 - 32), on two
+    // simulated machines: memory-bound CPU work slows down as more of it computes at once
+    // (memory_contention 0.02 per task computing, to 16), oversubscription costs 2 % per
+    // doubling, and the VM's woken threads wait 0 or 5 ms for a core. Before issue 33 the
+    // second machine put the controller at 1.06 x the best pool in the median and 2.06 x at
+    // worst, 17 of 32 workloads over 1.05 x (runqueue wait beside idle cores read as
+    // contention). What is left over 1.05 x is mostly the ramp of short runs (0.3 - 0.6 s:
+    // a pool that starts at 4 workers and samples before it grows loses tens of ms against a
+    // pool started at its best size) and memory-bound crowds (docs/tuning.md).
+    // Workers take the next task within the step (dispatch_within_step): at step boundaries
+    // only, pools of 2 lost a quarter on sub-step tasks and large pools won rows no machine
+    // would give them. With that bias gone, small pools win more rows, and ax's thread-seconds
+    // median rose from 1.04 to 1.17 (no wake latency) and from 0.92 to 1.11 (5 ms): the CPU
+    // cap's blocked-share widening keeps about twice the knee's pool on IO-heavy rows whose
+    // makespan is flat from the knee up, and min_workers (4) stays alive against best pools of
+    // 1 - 2 (docs/bench/family.md, row by row). The bound guards against worse.
+    Setup s = machine(2);
+    s.memory_contention = 0.02;
+    s.oversubscription_penalty = 0.02;
+    s.dispatch_within_step = true;
+    for (const double wake : {0.0, 5e-3}) {
+        s.wake_latency_s = wake;
+        const FamilyScore f = run_family(s, 32, wake > 0 ? "wake 5 ms" : "wake 0");
+        const auto over = std::count_if(f.time_ratio.begin(), f.time_ratio.end(),
+                                        [](double x) { return x > 1.05; });
+        INFO("wake latency " << wake << " s: median " << median_of(f.time_ratio) << ", worst "
+                             << *std::max_element(f.time_ratio.begin(), f.time_ratio.end())
+                             << ", over 1.05 x: " << over << "; thread-s median "
+                             << median_of(f.thread_ratio));
+        CHECK(median_of(f.time_ratio) <= 1.03);
+        CHECK(over <= 10);
+        CHECK(*std::max_element(f.time_ratio.begin(), f.time_ratio.end()) <= 1.25);
+        CHECK(median_of(f.thread_ratio) <= 1.20);
+    }
 }

@@ -209,7 +209,11 @@ class BurstForecaster {
 ///   cpu cap  = cores x (cpu + blocked) / cpu  the useful concurrency of this work
 /// It grows to min(need, cpu cap) at once; it shrinks when need falls under shrink_hysteresis of
 /// the target, by half the surplus per round (at least Config::max_step_down), and straight to
-/// the cap while the runqueue share exceeds the CPU share. Before any attempt finished it
+/// the cap while the runqueue share exceeds the CPU share. Runqueue time counts only in the
+/// share of the sample the cores were busy (a wait beside idle cores is a wake-up's latency);
+/// a pool seen all busy beside idle cores with work queued is a floor until the queue drains;
+/// and the cap widened for idle cores must raise the completion rate, not only CPU use
+/// (issue 33: docs/tuning.md). Before any attempt finished it
 /// doubles the pool per round while work is queued. The BurstForecaster's floor then pre-scales
 /// ahead of a predicted burst and keeps its workers through a short gap.
 /// Config::max_step_up and drain_time are not used (they shape LittleController).
@@ -257,6 +261,22 @@ class AdaptiveController {
     /// Higher stops sooner on work that gains slowly; lower follows spare time that more
     /// workers cannot take (a background process's) further up.
     static constexpr double widen_min_gain = 0.02;
+    /// Rise of the completion rate each widening must bring as well (default 0.03, where
+    /// ControllerInput::completed_total is known): a raise that only burned more CPU (memory-
+    /// bound work slows down as more of it computes at once) is taken back and counts as one
+    /// that did not pay. Higher judges a raise on a clearer gain (a sample period of short tasks
+    /// counts a few hundred completions, noisy by several percent); lower keeps raises whose
+    /// gain is within that noise.
+    static constexpr double widen_min_rate_gain = 0.03;
+    /// Idle cores (ControllerInput::idle_cores) at or above this share of the cores, in a sample
+    /// taken while work was queued and every running worker was busy, mark the pool as too small:
+    /// until the queue drains, no rule shrinks it below the workers that sample saw busy
+    /// (default 0.1: two ticks of /proc/stat's resolution on 2 cores over a 100 ms sample).
+    /// Without it a pool whose runqueue share was a woken thread's latency (cores idle, issue
+    /// 33) read as oversubscribed, shrank to a few workers, left the cores idle, grew again:
+    /// 22 -> 146 -> 22 workers, 1.36 x the best fixed pool in the simulator. Lower trusts
+    /// noisier idle readings; higher lets more idle time pass as noise.
+    static constexpr double idle_floor_share = 0.1;
 
     /// Keeps a copy of the limits it needs; `forecast` false leaves the BurstForecaster out (it
     /// still observes, but never sets a floor).
@@ -283,17 +303,24 @@ class AdaptiveController {
         // A new sample (the scheduler reuses the last one between samples).
         const bool fresh = in.cpu_share + in.runqueue_share > 0.0 &&
                            (in.cpu_share != last_cpu_in_ || in.runqueue_share != last_rq_in_);
+        // Runqueue wait while cores stood idle is no contention for a CPU: a woken thread that
+        // waits for a vCPU, or on one core's queue while the other idles, waits for latency,
+        // not for other work, and more workers would use that idle time (1 - the idle share
+        // of the cores is the share of the wait that can be contention; unknown idle: all).
+        const double in_cores = std::max<std::uint32_t>(in.cores, 1);
+        const double contended =
+            in.idle_cores < 0.0 ? 1.0 : 1.0 - std::clamp(in.idle_cores / in_cores, 0.0, 1.0);
+        const double rq_in = std::clamp(in.runqueue_share, 0.0, 1.0) * contended;
         if (fresh) {
             const double a = shares_known_ ? share_smoothing : 1.0;
             cpu_ += a * (std::clamp(in.cpu_share, 0.0, 1.0) - cpu_);
-            rq_ += a * (std::clamp(in.runqueue_share, 0.0, 1.0) - rq_);
+            rq_ += a * (rq_in - rq_);
             shares_known_ = true;
             last_cpu_in_ = in.cpu_share;
             last_rq_in_ = in.runqueue_share;
             for (std::size_t i = 0; i + 1 < recent_.size(); ++i)
                 recent_[i] = recent_[i + 1];
-            recent_.back() = {std::clamp(in.cpu_share, 0.0, 1.0),
-                              std::clamp(in.runqueue_share, 0.0, 1.0)};
+            recent_.back() = {std::clamp(in.cpu_share, 0.0, 1.0), rq_in};
             recent_seen_ = std::min(recent_seen_ + 1, recent_.size());
         }
         const double rq = shares_known_ ? rq_ : 0.0;
@@ -327,6 +354,19 @@ class AdaptiveController {
         }
         const bool idle_cores = in.idle_cores >= idle_widen_share * cores;
         const bool queued = in.queue_length > 0 || in.saturated;
+        // The work may change under a queue that never drains: three fresh samples in a row
+        // that read it as CPU-bound (the cap at the cores, no idle core) end the floor too.
+        if (fresh && idle_floor_ > 0.0)
+            idle_floor_cpu_samples_ =
+                raw_cap <= cores + 1.0 && in.idle_cores < idle_floor_share * cores
+                    ? idle_floor_cpu_samples_ + 1
+                    : 0;
+        if (!queued || idle_floor_cpu_samples_ >= 3) {
+            idle_floor_ = 0.0;
+            idle_floor_cpu_samples_ = 0;
+        } else if (fresh && !widen_stalled_ && in.idle_cores >= idle_floor_share * cores &&
+                   in.busy_workers + 1 >= std::max(std::min(in.live_workers, cur), 1u))
+            idle_floor_ = std::max(idle_floor_, static_cast<double>(in.busy_workers));
         // Each raise must pay: once the pool has grown to the last floor and run a sample
         // period there, the process's CPU use must have risen by widen_min_gain; after two
         // raises in a row that did not, the raises stop (until the queue drains or the floor
@@ -343,21 +383,52 @@ class AdaptiveController {
         util_acc_ += std::clamp(in.cpu_utilization, 0.0, 1.0) * dt;
         util_t_ += dt;
         double period_util = -1.0;
+        // And on the completions per second over the same period (ControllerInput::
+        // completed_total, where the scheduler counts them): a raise that burned more CPU but
+        // finished no more work did not pay either. Memory-bound work does that: each task
+        // takes longer on a CPU the more tasks compute at once (their data evicts each other's
+        // from the caches and they share the memory bus), so the CPU use rises with the pool
+        // while the work done stays flat or falls (issue 33: a 3 MiB image filled and
+        // downscaled per task took 60 % more CPU time in a pool of 128 than in one of 16).
+        double period_rate = -1.0;
         if (fresh) {
             period_util = util_t_ > 0.0 ? util_acc_ / util_t_ : -1.0;
+            if (done_primed_ && in.completed_total > 0 && util_t_ > 0.0 &&
+                in.completed_total >= done_at_sample_)
+                period_rate = static_cast<double>(in.completed_total - done_at_sample_) / util_t_;
+            done_at_sample_ = in.completed_total;
+            done_primed_ = true;
             util_acc_ = util_t_ = 0.0;
         }
         if (fresh && raise_util_ >= 0.0 && in.live_workers >= floor_ && ++since_raise_ >= 2) {
-            failed_raises_ = period_util < raise_util_ + widen_min_gain ? failed_raises_ + 1 : 0;
+            const bool paid = period_util >= raise_util_ + widen_min_gain &&
+                              (raise_rate_ < 0.0 || period_rate < 0.0 ||
+                               period_rate >= raise_rate_ * (1.0 + widen_min_rate_gain));
+            failed_raises_ = paid ? 0 : failed_raises_ + 1;
             widen_stalled_ = failed_raises_ >= 2;
+            // A raise that did no more work gives its workers back: the floor returns to
+            // where it stood before it.
+            // Its idle cores were no sign of a pool too small either: the idle floor goes
+            // back to the pool before the raise, and rises no more while the widening stalls.
+            if (!paid && period_rate >= 0.0 && raise_rate_ >= 0.0 &&
+                period_rate < raise_rate_ * (1.0 + widen_min_rate_gain)) {
+                floor_ = floor_before_raise_;
+                idle_floor_ = std::min(idle_floor_, pool_before_raise_);
+            }
             raise_util_ = -1.0;
         }
         if (fresh && idle_cores && queued && shares_known_ && raw_cap > cores + 1.0 &&
             !widen_stalled_ && raise_util_ < 0.0 && period_util >= 0.0) {
+            floor_before_raise_ = floor_;
+            // From the cap in force (after a raise taken back the pool is still above it).
+            const double base = std::min<double>(cur, std::max(raw_cap, floor_));
+            pool_before_raise_ = base;
             floor_ = std::min(
-                hi, std::max(floor_, std::ceil(cur * std::min(widen_step,
-                                                              1.1 + 2.0 * in.idle_cores / cores))));
+                hi, std::max(
+                        floor_,
+                        std::ceil(base * std::min(widen_step, 1.1 + 2.0 * in.idle_cores / cores))));
             raise_util_ = period_util;
+            raise_rate_ = period_rate;
             since_raise_ = 0;
         }
         const double cap = std::max(raw_cap, floor_);
@@ -472,6 +543,12 @@ class AdaptiveController {
             why = ControllerReason::hold;
         }
 
+        // Never below a pool that was seen too small: while work stays queued, no shrink goes
+        // under the most workers a sample saw all busy with cores idle beside the queue.
+        if (queued && next < cur && next < idle_floor_) {
+            next = std::min<double>(cur, idle_floor_);
+            why = ControllerReason::hold;
+        }
         const BurstForecaster::Hint h =
             forecast_ ? fc_.hint(t_, round_s_) : BurstForecaster::Hint{};
         const double floor = std::min<double>(h.floor, cap);
@@ -518,17 +595,24 @@ class AdaptiveController {
     double last_cpu_in_ = -1.0;
     double last_rq_in_ = -1.0;
     int cap_low_samples_ = 0;
-    double floor_ = 0.0;         // the CPU cap's floor from idle cores (idle_widen_share)
-    int cpu_bound_samples_ = 0;  // fresh samples in a row with the cap at the cores
-    double raise_util_ = -1.0;   // cpu_utilization at the last raise still to be judged
-    int since_raise_ = 0;        // fresh samples since the pool reached that raise's floor
-    int failed_raises_ = 0;      // raises in a row that did not pay
-    bool widen_stalled_ = false; // two did not: no more until the queue drains
-    double util_acc_ = 0.0;      // cpu_utilization x seconds since the last fresh sample
+    double floor_ = 0.0;               // the CPU cap's floor from idle cores (idle_widen_share)
+    int cpu_bound_samples_ = 0;        // fresh samples in a row with the cap at the cores
+    double raise_util_ = -1.0;         // cpu_utilization at the last raise still to be judged
+    double raise_rate_ = -1.0;         // completions per second before it (-1: unknown)
+    double floor_before_raise_ = 0.0;  // floor_ before the raise still to be judged
+    double pool_before_raise_ = 0.0;   // the pool size that raise started from
+    bool done_primed_ = false;         // done_at_sample_ holds a sample's count
+    std::uint64_t done_at_sample_ = 0; // completed_total at the last fresh sample
+    int since_raise_ = 0;              // fresh samples since the pool reached that raise's floor
+    int failed_raises_ = 0;            // raises in a row that did not pay
+    bool widen_stalled_ = false;       // two did not: no more until the queue drains
+    double util_acc_ = 0.0;            // cpu_utilization x seconds since the last fresh sample
     double util_t_ = 0.0;
     std::array<Shares, 4> recent_{}; // the last fresh samples, raw (growth's pessimism)
     std::size_t recent_seen_ = 0;
     int blind_rounds_ = 0;
+    int idle_floor_cpu_samples_ = 0; // fresh samples in a row that read the work as CPU-bound
+    double idle_floor_ = 0.0;        // most workers seen all busy beside idle cores and queued work
     BurstForecaster fc_;
 };
 

@@ -51,6 +51,11 @@ struct ControllerInput {
     /// Submits since start, refused ones included (a policy diffs it between rounds for an
     /// arrival rate that reacts within one round, which the window average cannot).
     std::uint64_t offered_total = 0;
+    /// Tasks completed since start, failed attempts not counted (0 where the caller does not
+    /// count them): a policy diffs it over a sample period for the rate of work done, which CPU
+    /// use alone cannot show (memory-bound work burns more CPU per task the more of it runs at
+    /// once).
+    std::uint64_t completed_total = 0;
     /// Seconds since the previous controller round (0 on the first round, and on rounds that run
     /// within one reading of a frozen clock).
     double elapsed_s = 0.0;

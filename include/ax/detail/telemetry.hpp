@@ -122,7 +122,7 @@ class Telemetry {
     }
 
     /// Folds the counters into the window and publishes the drain rate and mean duration; fills
-    /// `in`'s window figures (mean duration, incoming and offered rates).
+    /// `in`'s window figures (mean duration, incoming and offered rates) and its completed total.
     void update(std::int64_t now, const CumulativeCounters& c, std::uint32_t qlen,
                 ControllerInput& in) {
         std::lock_guard lock(mutex_);
@@ -136,6 +136,7 @@ class Telemetry {
         const double secs = std::max(window_.covered_seconds(now), 0.1);
         in.incoming_rate = static_cast<double>(sum.incoming) / secs;
         in.offered_rate = static_cast<double>(sum.incoming + sum.rejected) / secs;
+        in.completed_total = c.completed;
     }
 
     /// Copies the window's figures into a snapshot.
