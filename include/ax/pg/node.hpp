@@ -29,6 +29,7 @@
 #include "detail/node_slots.hpp"
 #include "detail/node_waker.hpp"
 #include "node_options.hpp"
+#include "types.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -69,8 +70,8 @@ class Node {
     void handle(std::string kind, Handler handler) {
         if (started_)
             throw std::logic_error("ax::pg::Node::handle: register handlers before start()");
-        if (kind.empty() || kind.size() > 200)
-            throw std::invalid_argument("ax::pg::Node::handle: kind must be 1..200 bytes");
+        if (!valid_kind(kind))
+            throw std::invalid_argument("ax::pg::Node::handle: kind " + std::string(kind_rule));
         for (auto& k : kinds_)
             if (k == kind)
                 throw std::invalid_argument("ax::pg::Node::handle: kind '" + kind +
@@ -234,9 +235,8 @@ class Node {
                 bad("rate_per_s/burst", std::to_string(opt_.rate_per_s[p]),
                     "rate must be >= 0, and a limited lane needs burst >= 1");
         for (auto& t : opt_.tags)
-            if (t.empty() || t.size() > 100 || t.find_first_of(",{\"") != std::string::npos)
-                bad("tags", "'" + t + "'",
-                    "each tag must be 1..100 bytes without ',', '{' or '\"'");
+            if (!valid_tag(t))
+                bad("tags", "'" + t + "'", std::string(tag_rule).c_str());
     }
 
     NodeOptions opt_;
