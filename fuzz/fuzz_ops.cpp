@@ -121,13 +121,14 @@ static_assert(sizeof(BigBody) > 40);
 
 /// One admitted task as the harness knows it.
 struct Entry {
-    Entry(ax::TaskId i, Kind k, int v, std::uint32_t r, ax::Priority p)
-        : id(i), kind(k), value(v), retries(r), priority(p) {}
+    Entry(ax::TaskId i, Kind k, int v, std::uint32_t r, ax::Priority p, bool g)
+        : id(i), kind(k), value(v), retries(r), priority(p), grouped(g) {}
     ax::TaskId id;
     Kind kind;
     int value;
     std::uint32_t retries;                 // effective retries after the first attempt
     ax::Priority priority;                 // a replay keeps it, and with it the soft limit
+    bool grouped;                          // in a group: a replay meets the group's gate too
     int handle = -1;                       // index into the handle list, or -1 (post, replay)
     bool cancel_ok = false;                // cancel(id) returned true
     bool replayed = false;                 // its dead letter was replayed into a new task
@@ -293,21 +294,24 @@ class Run {
               opt.max_retries, static_cast<long long>(opt.timeout.count()), big, invalid,
               err ? err->message().c_str() : id->to_string().c_str());
         if (err) {
-            check_refusal(*err, invalid, opt.priority);
+            check_refusal(*err, invalid, opt.priority, opt.group.value != 0);
             return;
         }
         require(!invalid, "submit admitted invalid options");
         require(!shut_, "submit admitted after shutdown");
         require(id->valid(), "admitted task has an invalid ID");
-        Entry e{*id, kind, value,
+        Entry e{*id,
+                kind,
+                value,
                 opt.max_retries < 0 ? cfg_.retry_max : static_cast<std::uint32_t>(opt.max_retries),
-                opt.priority};
+                opt.priority,
+                opt.group.value != 0};
         if (with_handle)
             e.handle = static_cast<int>(handles_.size() - 1);
         entries_.push_back(e);
     }
 
-    void check_refusal(const ax::SubmitError& e, bool invalid, ax::Priority p) {
+    void check_refusal(const ax::SubmitError& e, bool invalid, ax::Priority p, bool grouped) {
         if (shut_) {
             require(e.code == ax::Errc::shutting_down ||
                         (invalid && e.code == ax::Errc::invalid_options),
@@ -318,6 +322,14 @@ class Run {
         if (invalid) {
             require(e.code == ax::Errc::invalid_options, "invalid options not refused as such");
             require(!e.detail.empty(), "invalid_options refusal does not say which option");
+            ++refused_other_;
+            return;
+        }
+        // A group's own gate (its breaker open, its bound on parked work full) refuses for that
+        // group only, and counts as refused_other: it is not load on the shared queue.
+        if (e.code == ax::Errc::breaker_open || e.code == ax::Errc::group_full) {
+            require(grouped, "a task outside every group refused by a group's gate");
+            require(e.retryable(), "a group's refusal is not retryable");
             ++refused_other_;
             return;
         }
@@ -454,7 +466,7 @@ class Run {
                 ++refused_other_;
             } else {
                 require(e != nullptr, "replay of the null ID got past the list");
-                check_refusal(err, /*invalid=*/false, e->priority);
+                check_refusal(err, /*invalid=*/false, e->priority, e->grouped);
             }
             return;
         }
@@ -462,7 +474,7 @@ class Run {
         require(e != nullptr && !e->replayed && !e->discarded, "replayed a task not listed");
         require(r->valid() && !(*r == e->id), "replay reused the old ID");
         e->replayed = true;
-        Entry fresh{*r, e->kind, e->value, e->retries, e->priority};
+        Entry fresh{*r, e->kind, e->value, e->retries, e->priority, e->grouped};
         const Entry old = *e; // entries_ may reallocate below
         entries_.push_back(fresh);
         Entry* o = find(old.id);
