@@ -150,6 +150,11 @@ bool SchedulerCore<Clock, Controller>::finish(TaskRecord& r, std::uint32_t index
             totals_.count_terminal(final_state, delta);
     };
     for (;;) {
+        // The watchdog may have flagged the attempt between the worker's look at the state and
+        // this publication (the CAS below then fails on its bit): its on_timeout hook comes
+        // first, so nobody sees the timeout after the terminal event.
+        if ((s & timeout_hook_bit) != 0) [[unlikely]]
+            s = await_timeout_hook(r);
         final_state = (s & cancel_requested_bit) != 0 ? TaskState::cancelled : wanted;
         // Counted before publishing, so whoever sees the terminal state sees the totals. The
         // forgotten bit is kept: a dead letter is listed before this publication, and a discard
