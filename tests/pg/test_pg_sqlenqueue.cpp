@@ -1,0 +1,434 @@
+// Enqueue inside the application's own transaction (issue 28, part 1): the SQL API
+// (ax.enqueue, ax.enqueue_many) against a real PostgreSQL (scripts/pg-server.sh exports
+// AX_PG_CONNINFO). Without AX_PG_CONNINFO the server tests are skipped with a visible message
+// (exit 77, which ctest reports as skipped). Each test case works in a database of its own.
+
+#define CATCH_CONFIG_RUNNER
+#include <atomic>
+#include <ax/pg/pg.hpp>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace std::chrono_literals;
+namespace pg = ax::pg;
+
+namespace {
+
+std::string g_base; // AX_PG_CONNINFO
+
+/// A fresh database with the ax schema.
+struct Db {
+    std::string conninfo;
+    explicit Db(const std::string& name) {
+        auto admin = pg::detail::Connection::open(g_base);
+        admin.exec(("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)").c_str());
+        admin.exec(("CREATE DATABASE " + name).c_str());
+        conninfo = g_base + " dbname=" + name;
+        pg::Client c(conninfo, {.require_schema = false});
+        c.migrate();
+    }
+    [[nodiscard]] pg::detail::Connection sql() const {
+        return pg::detail::Connection::open(conninfo);
+    }
+    std::int64_t scalar(const std::string& q) const {
+        auto s = sql();
+        return s.exec(q.c_str()).int64(0, 0);
+    }
+};
+
+/// Polls `pred` every 20 ms; false if `limit` (a generous hang guard, not a speed claim) passed.
+bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds limit) {
+    const auto until = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < until) {
+        if (pred())
+            return true;
+        std::this_thread::sleep_for(20ms);
+    }
+    return pred();
+}
+
+/// What a failed statement reported: SQLSTATE, the column field (the argument's name) and the
+/// primary message; empty fields when it succeeded.
+struct Failure {
+    std::string state, column, message;
+};
+
+Failure fails(pg::detail::Connection& c, const std::string& q) {
+    pg::detail::Result r(PQexec(c.get(), q.c_str()));
+    const ExecStatusType st = r.get() == nullptr ? PGRES_FATAL_ERROR : r.status();
+    if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK)
+        return {};
+    auto field = [&](int code) {
+        const char* v = PQresultErrorField(r.get(), code);
+        return std::string(v != nullptr ? v : "");
+    };
+    return {field(PG_DIAG_SQLSTATE), field(PG_DIAG_COLUMN_NAME), field(PG_DIAG_MESSAGE_PRIMARY)};
+}
+
+/// Notifications on channel ax_wake that `c` (LISTENing) has received so far.
+int wake_notifications(pg::detail::Connection& c) {
+    PQconsumeInput(c.get());
+    int n = 0;
+    while (PGnotify* note = PQnotifies(c.get())) {
+        if (std::string(note->relname) == "ax_wake")
+            ++n;
+        PQfreemem(note);
+    }
+    return n;
+}
+
+pg::NodeOptions quick_node(const Db& db, const std::string& name) {
+    pg::NodeOptions o;
+    o.conninfo = db.conninfo;
+    o.name = name;
+    o.scheduler.min_workers = 2;
+    o.scheduler.max_workers = 2;
+    o.poll_interval = 100ms;
+    o.maintenance_interval = 200ms;
+    o.reconnect_base = 20ms;
+    o.stop_grace = 5000ms;
+    return o;
+}
+
+} // namespace
+
+TEST_CASE("ax.enqueue: named arguments and defaults, every field stored, keys answer the first "
+          "task; ax.enqueue_many in input order",
+          "[pg][sql_api]") {
+    Db db("ax_t_sql_api");
+    auto s = db.sql();
+    const std::int64_t a =
+        s.exec("SELECT ax.enqueue(kind => 'resize', payload => 'abc')").int64(0, 0);
+    {
+        auto r = s.exec(("SELECT kind, encode(payload, 'escape'), priority, max_attempts, "
+                         "timeout_ms, tags::text, idem_key IS NULL, node_id IS NULL FROM ax.tasks "
+                         "WHERE id = " +
+                         std::to_string(a))
+                            .c_str());
+        CHECK(r.text(0, 1) == "abc");
+        CHECK(r.text(0, 2) == "1");
+        CHECK(r.text(0, 3) == "4");
+        CHECK(r.text(0, 4) == "0");
+        CHECK(r.text(0, 5) == "{}");
+        CHECK(r.text(0, 6) == "t");
+        CHECK(r.text(0, 7) == "t");
+    }
+    // Every argument, positionally; a run_at an hour ahead is scheduled, not claimable.
+    const std::int64_t b =
+        s.exec("SELECT ax.enqueue('thumb', '\\x00ff', 0, now() + interval '1 hour', 'key-1', "
+               "'{gpu,bigmem}', 3, 1500)")
+            .int64(0, 0);
+    {
+        auto r = s.exec(("SELECT kind, encode(payload, 'hex'), priority, max_attempts, timeout_ms, "
+                         "tags::text, idem_key, round(extract(epoch FROM run_at - now()) / 60) "
+                         "FROM ax.tasks WHERE id = " +
+                         std::to_string(b))
+                            .c_str());
+        CHECK(r.text(0, 0) == "thumb");
+        CHECK(r.text(0, 1) == "00ff");
+        CHECK(r.text(0, 2) == "0");
+        CHECK(r.text(0, 3) == "3");
+        CHECK(r.text(0, 4) == "1500");
+        CHECK(r.text(0, 5) == "{gpu,bigmem}");
+        CHECK(r.text(0, 6) == "key-1");
+        CHECK(r.text(0, 7) == "60");
+    }
+    pg::Client c(db.conninfo);
+    CHECK(c.query(b)->state == pg::TaskState::scheduled);
+    // A past run_at is now (it does not jump ahead of older tasks); NULLs take the defaults;
+    // priority by name.
+    const std::int64_t p =
+        s.exec(
+             "SELECT ax.enqueue(kind => 'k', run_at => now() - interval '1 day', payload => NULL, "
+             "priority => ax.priority('High'), tags => NULL, max_attempts => NULL)")
+            .int64(0, 0);
+    {
+        auto r = s.exec(("SELECT run_at > now() - interval '1 minute', max_attempts, payload = '', "
+                         "tags::text FROM ax.tasks WHERE id = " +
+                         std::to_string(p))
+                            .c_str());
+        CHECK(r.text(0, 0) == "t");
+        CHECK(r.text(0, 1) == "4");
+        CHECK(r.text(0, 2) == "t");
+        CHECK(r.text(0, 3) == "{}");
+    }
+    CHECK(db.scalar("SELECT priority FROM ax.tasks WHERE id = " + std::to_string(p)) == 0);
+    // The key answers the first task's ID and adds nothing; '' is no key.
+    CHECK(s.exec("SELECT ax.enqueue(kind => 'other', idempotency_key => 'key-1')").int64(0, 0) ==
+          b);
+    CHECK(db.scalar("SELECT count(*) FROM ax.tasks") == 3);
+    const std::int64_t e =
+        s.exec("SELECT ax.enqueue(kind => 'k', idempotency_key => '')").int64(0, 0);
+    CHECK(db.scalar("SELECT count(*) FROM ax.tasks WHERE idem_key IS NULL AND id = " +
+                    std::to_string(e)) == 1);
+    // Client::enqueue and the SQL API share the arbiter.
+    CHECK(c.enqueue({.kind = "x", .idempotency_key = "key-1"}).id == b);
+    CHECK(c.enqueue({.kind = "x", .idempotency_key = "key-1"}).existed);
+    const auto from_client = c.enqueue({.kind = "x", .idempotency_key = "key-2"});
+    CHECK(s.exec("SELECT ax.enqueue(kind => 'y', idempotency_key => 'key-2')").int64(0, 0) ==
+          from_client.id);
+
+    // enqueue_many: one row per task in input order, keyed and not, mixed.
+    auto r = s.exec("SELECT ord, id, existed FROM ax.enqueue_many("
+                    "kind => array['m1', 'm2', 'm3', 'm4'], "
+                    "payload => array['p1', NULL, 'p3', 'p4']::bytea[], "
+                    "priority => array[2, 0, NULL, 1], "
+                    "idempotency_key => array[NULL, 'key-1', 'key-3', ''], "
+                    "tags => array['gpu,bigmem', '', NULL, 'x'], "
+                    "max_attempts => array[1, 2, 3, 4], timeout_ms => array[10, 20, 30, 40])");
+    REQUIRE(r.rows() == 4);
+    for (int i = 0; i < 4; ++i)
+        CHECK(r.int64(i, 0) == i + 1);
+    CHECK(r.int64(1, 1) == b);
+    CHECK(r.text(1, 2) == "t");
+    CHECK(r.text(0, 2) == "f");
+    CHECK(r.text(2, 2) == "f");
+    CHECK(r.int64(2, 1) > r.int64(0, 1)); // new IDs ascend in input order
+    CHECK(r.int64(3, 1) > r.int64(2, 1));
+    {
+        auto t = s.exec(("SELECT kind, encode(payload, 'escape'), priority, tags::text, "
+                         "max_attempts, timeout_ms, coalesce(idem_key, '-') FROM ax.tasks WHERE "
+                         "id IN (" +
+                         std::to_string(r.int64(0, 1)) + "," + std::to_string(r.int64(2, 1)) + "," +
+                         std::to_string(r.int64(3, 1)) + ") ORDER BY id")
+                            .c_str());
+        REQUIRE(t.rows() == 3);
+        CHECK(t.text(0, 0) == "m1");
+        CHECK(t.text(0, 1) == "p1");
+        CHECK(t.text(0, 2) == "2");
+        CHECK(t.text(0, 3) == "{gpu,bigmem}");
+        CHECK(t.text(0, 4) == "1");
+        CHECK(t.text(0, 5) == "10");
+        CHECK(t.text(0, 6) == "-");
+        CHECK(t.text(1, 0) == "m3");
+        CHECK(t.text(1, 2) == "1");
+        CHECK(t.text(1, 3) == "{}");
+        CHECK(t.text(1, 6) == "key-3");
+        CHECK(t.text(2, 3) == "{x}");
+        CHECK(t.text(2, 6) == "-");
+    }
+    // Without keys: the INSERT-only path, IDs in input order.
+    auto u = s.exec("SELECT ord, id, existed FROM ax.enqueue_many(kind => "
+                    "array(SELECT 'bulk' FROM generate_series(1, 1000)))");
+    REQUIRE(u.rows() == 1000);
+    for (int i = 0; i < 1000; ++i) {
+        CHECK(u.int64(i, 0) == i + 1);
+        CHECK(u.text(i, 2) == "f");
+        if (i > 0)
+            CHECK(u.int64(i, 1) > u.int64(i - 1, 1));
+    }
+    CHECK(s.exec("SELECT count(*) FROM ax.enqueue_many(kind => '{}')").int64(0, 0) == 0);
+}
+
+TEST_CASE("ax.enqueue and ax.enqueue_many: a bad argument raises 22023 naming it and writes "
+          "nothing",
+          "[pg][sql_api]") {
+    Db db("ax_t_sql_bad");
+    auto s = db.sql();
+    s.exec("SELECT ax.enqueue(kind => 'taken', idempotency_key => 'dup')");
+    const std::int64_t seq0 = db.scalar("SELECT count(*) FROM ax.tasks");
+    struct Case {
+        const char* call;
+        const char* column;
+        const char* says;
+    };
+    const Case cases[] = {
+        {"ax.enqueue(kind => '')", "kind", "kind = '': must be 1..200 bytes"},
+        {"ax.enqueue(kind => NULL)", "kind", "kind = NULL"},
+        {"ax.enqueue(kind => repeat('k', 201))", "kind", "must be 1..200 bytes"},
+        {"ax.enqueue(kind => 'k', payload => convert_to(repeat('x', 1048577), 'UTF8'))", "payload",
+         "payload = 1048577 bytes: exceeds ax.max_payload_bytes (1048576)"},
+        {"ax.enqueue(kind => 'k', priority => 3)", "priority", "priority = 3"},
+        {"ax.enqueue(kind => 'k', priority => -1)", "priority", "must be 0 (high)"},
+        {"ax.enqueue(kind => 'k', priority => ax.priority('urgent'))", "priority", "'urgent'"},
+        {"ax.enqueue(kind => 'k', run_at => now() + interval '367 days')", "run_at",
+         "at most 366 days ahead"},
+        {"ax.enqueue(kind => 'k', run_at => 'infinity')", "run_at", "run_at = infinity"},
+        {"ax.enqueue(kind => 'k', idempotency_key => repeat('x', 513))", "idempotency_key",
+         "513 bytes"},
+        {"ax.enqueue(kind => 'k', tags => '{ok,\"a,b\"}')", "tags", "'a,b'"},
+        {"ax.enqueue(kind => 'k', tags => '{\"\"}')", "tags", "each tag must be 1..100 bytes"},
+        {"ax.enqueue(kind => 'k', tags => array[repeat('t', 101)])", "tags", "1..100 bytes"},
+        {"ax.enqueue(kind => 'k', tags => array[NULL]::text[])", "tags", "tags = NULL"},
+        {"ax.enqueue(kind => 'k', tags => '{{a},{b}}')", "tags", "one-dimensional"},
+        {"ax.enqueue(kind => 'k', max_attempts => 0)", "max_attempts", "must be in 1..1000"},
+        {"ax.enqueue(kind => 'k', max_attempts => 1001)", "max_attempts", "1001"},
+        {"ax.enqueue(kind => 'k', timeout_ms => -1)", "timeout_ms", "must be in 0..86400000"},
+        {"ax.enqueue(kind => 'k', timeout_ms => 86400001)", "timeout_ms", "86400001"},
+        {"ax.enqueue_many(kind => NULL)", "kind", "one-dimensional array"},
+        {"ax.enqueue_many(kind => array['a', 'b'], priority => array[1])", "priority",
+         "priority has 1 elements for 2 kinds"},
+        {"ax.enqueue_many(kind => array['a', 'b'], payload => '{{a},{b}}'::bytea[])", "payload",
+         "payload has"},
+        {"ax.enqueue_many(kind => array['a', NULL])", "kind", "kind[2] = NULL"},
+        {"ax.enqueue_many(kind => array['a', 'b'], priority => array[1, 7])", "priority",
+         "priority[2] = 7"},
+        {"ax.enqueue_many(kind => array['a', 'b'], run_at => array[NULL, now() + interval '2 "
+         "years'])",
+         "run_at", "run_at[2]"},
+        {"ax.enqueue_many(kind => array['a', 'b'], tags => array['ok', 'a,,b'])", "tags",
+         "tags[2] = 'a,,b'"},
+        {"ax.enqueue_many(kind => array['a'], tags => array['a{'])", "tags", "tags[1]"},
+        {"ax.enqueue_many(kind => array['a', 'b'], tags => array['ok', repeat('y', 101)])", "tags",
+         "tags[2]"},
+        {"ax.enqueue_many(kind => array['a', 'b'], max_attempts => array[4, 0])", "max_attempts",
+         "max_attempts[2] = 0"},
+        {"ax.enqueue_many(kind => array['a', 'b'], timeout_ms => array[-5, 0])", "timeout_ms",
+         "timeout_ms[1] = -5"},
+        {"ax.enqueue_many(kind => array['a', 'b'], idempotency_key => array['z', 'z'])",
+         "idempotency_key", "appears twice in one call"},
+        {"ax.enqueue_many(kind => array['a', 'b'], idempotency_key => array['new', "
+         "repeat('x', 600)])",
+         "idempotency_key", "idempotency_key[2] = 600 bytes"},
+        {"ax.enqueue_many(kind => array['a', 'b'], payload => array['', "
+         "convert_to(repeat('x', 1048577), 'UTF8')])",
+         "payload", "payload[2] = 1048577 bytes"},
+    };
+    for (const Case& k : cases) {
+        INFO(k.call);
+        const Failure f = fails(s, std::string("SELECT * FROM ") + k.call);
+        CHECK(f.state == "22023");
+        CHECK(f.column == k.column);
+        CHECK(f.message.find(k.says) != std::string::npos);
+        INFO(f.message);
+    }
+    // Nothing half-written: no task, no key row, whatever failed where.
+    CHECK(db.scalar("SELECT count(*) FROM ax.tasks") == seq0);
+    CHECK(db.scalar("SELECT count(*) FROM ax.idem_keys") == 1);
+    // The payload limit is the setting ax.max_payload_bytes (database, role or session).
+    s.exec("SET ax.max_payload_bytes = '10'");
+    Failure f = fails(s, "SELECT ax.enqueue(kind => 'k', payload => '12345678901')");
+    CHECK(f.state == "22023");
+    CHECK(f.message.find("exceeds ax.max_payload_bytes (10)") != std::string::npos);
+    f = fails(s, "SELECT * FROM ax.enqueue_many(kind => array['k'], payload => array['12345678901'"
+                 "::bytea])");
+    CHECK(f.message.find("exceeds ax.max_payload_bytes (10)") != std::string::npos);
+    CHECK(fails(s, "SELECT ax.enqueue(kind => 'k', payload => '1234567890')").state.empty());
+    s.exec("SET ax.max_payload_bytes = '100000000'");
+    f = fails(s, "SELECT ax.enqueue(kind => 'k')");
+    CHECK(f.state == "22023");
+    CHECK(f.message.find("up to 67108864") != std::string::npos);
+    s.exec("RESET ax.max_payload_bytes");
+    CHECK(fails(s, "SELECT ax.enqueue(kind => 'k', payload => convert_to(repeat('x', 1048576), "
+                   "'UTF8'))")
+              .state.empty());
+}
+
+TEST_CASE("ax.enqueue in the caller's transaction: rollback leaves nothing, the wake "
+          "notification comes at commit, and a node runs what was committed",
+          "[pg][sql_tx]") {
+    Db db("ax_t_sql_tx");
+    auto listener = db.sql();
+    listener.exec("LISTEN ax_wake");
+    auto app = db.sql();
+
+    app.exec("BEGIN");
+    app.exec("CREATE TABLE orders (id int PRIMARY KEY)");
+    app.exec("INSERT INTO orders VALUES (1)");
+    const std::int64_t gone =
+        app.exec("SELECT ax.enqueue(kind => 'ship', payload => 'order 1', idempotency_key => "
+                 "'order-1')")
+            .int64(0, 0);
+    app.exec("SELECT * FROM ax.enqueue_many(kind => array['ship', 'ship'])");
+    app.exec("ROLLBACK");
+    CHECK(db.scalar("SELECT count(*) FROM ax.tasks") == 0);
+    CHECK(db.scalar("SELECT count(*) FROM ax.idem_keys") == 0);
+    CHECK(db.scalar("SELECT count(*) FROM ax.history") == 0);
+    std::this_thread::sleep_for(100ms);
+    CHECK(wake_notifications(listener) == 0);
+
+    // The same key after the rollback makes a new task.
+    app.exec("BEGIN");
+    app.exec("CREATE TABLE orders (id int PRIMARY KEY)");
+    app.exec("INSERT INTO orders VALUES (1)");
+    const std::int64_t kept =
+        app.exec("SELECT ax.enqueue(kind => 'ship', payload => 'order 1', idempotency_key => "
+                 "'order-1')")
+            .int64(0, 0);
+    CHECK(kept != gone);
+    auto many = app.exec("SELECT id FROM ax.enqueue_many(kind => array['ship', 'ship'], "
+                         "payload => array['a', 'b']::bytea[])");
+    REQUIRE(many.rows() == 2);
+    // Not visible to others, no notification yet.
+    CHECK(db.scalar("SELECT count(*) FROM ax.tasks") == 0);
+    std::this_thread::sleep_for(100ms);
+    CHECK(wake_notifications(listener) == 0);
+    app.exec("COMMIT");
+    CHECK(db.scalar("SELECT count(*) FROM ax.tasks") == 3);
+    CHECK(db.scalar("SELECT count(*) FROM orders") == 1);
+    // One notification for the whole transaction (PostgreSQL folds identical ones).
+    REQUIRE(wait_until([&] { return wake_notifications(listener) > 0; }, 10s));
+
+    std::mutex m;
+    std::map<std::int64_t, std::string> ran;
+    pg::Node node(quick_node(db, "sqltx"));
+    node.handle("ship", [&](pg::Job& j) {
+        std::lock_guard lock(m);
+        ran.emplace(j.id(), std::string(j.payload()));
+    });
+    node.start();
+    pg::Client c(db.conninfo);
+    REQUIRE(wait_until([&] { return c.counts().succeeded == 3; }, 20s));
+    node.stop();
+    std::lock_guard lock(m);
+    CHECK(ran.size() == 3);
+    CHECK(ran[kept] == "order 1");
+    CHECK(ran[many.int64(0, 0)] == "a");
+    CHECK(ran[many.int64(1, 0)] == "b");
+    CHECK(ran.count(gone) == 0);
+}
+
+TEST_CASE("ax.enqueue keys race safely: a second transaction with the key waits for the first, "
+          "then answers its task (commit) or makes its own (rollback)",
+          "[pg][sql_tx]") {
+    Db db("ax_t_sql_race");
+    auto a = db.sql();
+    auto b = db.sql();
+    for (const bool commit : {true, false}) {
+        const std::string key = commit ? "race-commit" : "race-rollback";
+        a.exec("BEGIN");
+        const std::int64_t first =
+            a.exec(("SELECT ax.enqueue(kind => 'k', idempotency_key => '" + key + "')").c_str())
+                .int64(0, 0);
+        // b's enqueue of the same key blocks on the key's row until a ends.
+        REQUIRE(PQsendQuery(
+                    b.get(),
+                    ("SELECT ax.enqueue(kind => 'k', idempotency_key => '" + key + "')").c_str()) ==
+                1);
+        std::this_thread::sleep_for(300ms);
+        REQUIRE(PQconsumeInput(b.get()) == 1);
+        CHECK(PQisBusy(b.get()) == 1);
+        a.exec(commit ? "COMMIT" : "ROLLBACK");
+        pg::detail::Result r(PQgetResult(b.get()));
+        REQUIRE(r.status() == PGRES_TUPLES_OK);
+        const std::int64_t second = r.int64(0, 0);
+        while (PGresult* more = PQgetResult(b.get()))
+            PQclear(more);
+        if (commit)
+            CHECK(second == first);
+        else
+            CHECK(second != first);
+        CHECK(db.scalar("SELECT count(*) FROM ax.tasks WHERE idem_key = '" + key + "'") == 1);
+        CHECK(db.scalar("SELECT task_id FROM ax.idem_keys WHERE idem_key = '" + key + "'") ==
+              second);
+    }
+}
+
+int main(int argc, char** argv) {
+    const char* conninfo = std::getenv("AX_PG_CONNINFO");
+    if (conninfo == nullptr || *conninfo == '\0') {
+        std::printf("SKIPPED: AX_PG_CONNINFO is not set, so no PostgreSQL server to test against "
+                    "(run under scripts/pg-server.sh, as scripts/test.sh's pg stage does)\n");
+        return 77;
+    }
+    g_base = conninfo;
+    return Catch::Session().run(argc, argv);
+}
