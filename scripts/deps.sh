@@ -21,8 +21,17 @@ packages=(
     prometheus
     # scripts/check-doc-refs.py (ctest label docs: no doc names a file or target that is gone)
     python3
+    # ax::pg_pqxx (include/ax/pg/pqxx.hpp: enqueue in a libpqxx transaction) and its test
+    libpqxx-dev
+    # the Python producer of examples/producers (ctest pg_producer_python)
+    python3-psycopg2
     "$@"
 )
+# The Node.js producer of examples/producers (ctest pg_producer_node; `pg` itself comes from npm
+# through scripts/producers-deps.sh). Only when missing: a NodeSource nodejs carries its own npm,
+# which Debian's npm package would conflict with.
+command -v node >/dev/null 2>&1 || packages+=(nodejs)
+command -v npm >/dev/null 2>&1 || packages+=(npm)
 
 # No pipe: with pipefail, `dpkg -s | grep -q` failed whenever grep quit before dpkg finished
 # writing (SIGPIPE), and an installed package read as missing now and then.

@@ -13,7 +13,10 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <set>
+#include <sstream>
 #include <string>
+#include <sys/wait.h>
 #include <thread>
 #include <vector>
 
@@ -22,7 +25,9 @@ namespace pg = ax::pg;
 
 namespace {
 
-std::string g_base; // AX_PG_CONNINFO
+std::string g_base;         // AX_PG_CONNINFO
+std::string g_producers;    // AX_PRODUCERS_DIR: examples/producers
+std::string g_node_modules; // AX_PRODUCERS_NODE_MODULES: scripts/producers-deps.sh's node_modules
 
 /// A fresh database with the ax schema.
 struct Db {
@@ -96,6 +101,102 @@ pg::NodeOptions quick_node(const Db& db, const std::string& name) {
     o.reconnect_base = 20ms;
     o.stop_grace = 5000ms;
     return o;
+}
+
+/// Runs `cmd` through the shell; returns its output (stdout and stderr), its exit status in `rc`.
+std::string run_capture(const std::string& cmd, int& rc) {
+    std::string out;
+    FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+    if (p == nullptr) {
+        rc = -1;
+        return out;
+    }
+    char buf[4096];
+    while (std::size_t n = std::fread(buf, 1, sizeof buf, p))
+        out.append(buf, n);
+    const int st = pclose(p);
+    rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+    return out;
+}
+
+/// Points libpq's PG* variables (which psql, psycopg2 and Node's pg all read) at `conninfo`.
+void export_pg_env(const std::string& conninfo) {
+    char* err = nullptr;
+    PQconninfoOption* opts = PQconninfoParse(conninfo.c_str(), &err);
+    REQUIRE(opts != nullptr);
+    for (PQconninfoOption* o = opts; o->keyword != nullptr; ++o)
+        if (o->val != nullptr && o->envvar != nullptr)
+            setenv(o->envvar, o->val, 1);
+    PQconninfoFree(opts);
+}
+
+/// A Python that can import psycopg2 (Debian's python3-psycopg2 is /usr/bin/python3's), or "".
+std::string python_with_psycopg2() {
+    for (const char* py : {"/usr/bin/python3", "python3"}) {
+        int rc = 0;
+        run_capture(std::string(py) + " -c 'import psycopg2'", rc);
+        if (rc == 0)
+            return py;
+    }
+    return "";
+}
+
+/// Runs a producer of examples/producers against a fresh database, then an ax node: exactly the
+/// tasks of its committed transaction run, each once, with their payloads; nothing of its rolled
+/// back one exists anywhere.
+void check_producer(const std::string& name, const std::string& cmd) {
+    const std::string dbname = "ax_t_producer_" + name;
+    Db db(dbname);
+    export_pg_env(db.conninfo);
+    int rc = 0;
+    const std::string out = run_capture(cmd, rc);
+    INFO(cmd);
+    INFO(out);
+    REQUIRE(rc == 0);
+    std::set<std::int64_t> committed, rolled_back;
+    std::istringstream lines(out);
+    for (std::string line; std::getline(lines, line);) {
+        std::istringstream words(line);
+        std::string what;
+        words >> what;
+        auto& into = what == "committed" ? committed : rolled_back;
+        if (what != "committed" && what != "rolledback")
+            continue;
+        for (std::int64_t id = 0; words >> id;)
+            into.insert(id);
+    }
+    REQUIRE(committed.size() == 3);
+    REQUIRE(rolled_back.size() == 1);
+    CHECK(db.scalar("SELECT count(*) FROM orders") == 1); // the rolled back order is gone too
+    CHECK(db.scalar("SELECT count(*) FROM ax.tasks") == 3);
+
+    std::mutex m;
+    std::map<std::int64_t, std::string> ran;
+    int runs = 0;
+    pg::Node node(quick_node(db, name));
+    node.handle("ship", [&](pg::Job& j) {
+        std::lock_guard lock(m);
+        ran.emplace(j.id(), std::string(j.payload()));
+        ++runs;
+    });
+    node.start();
+    pg::Client c(db.conninfo);
+    REQUIRE(wait_until([&] { return c.counts().succeeded == 3; }, 20s));
+    node.stop();
+    std::lock_guard lock(m);
+    CHECK(runs == 3);
+    std::set<std::int64_t> ran_ids;
+    for (const auto& [id, payload] : ran) {
+        ran_ids.insert(id);
+        CHECK(payload.rfind(name + ": ", 0) == 0); // "<producer>: order 1", "... gift wrap"
+    }
+    CHECK(ran_ids == committed);
+    CHECK(c.counts().live() == 0);
+    for (const std::int64_t id : rolled_back) {
+        CHECK(!c.query(id));
+        CHECK(committed.count(id) == 0);
+    }
+    CHECK(db.scalar("SELECT count(*) FROM ax.idem_keys") == 1); // the committed order's key
 }
 
 } // namespace
@@ -422,6 +523,177 @@ TEST_CASE("ax.enqueue keys race safely: a second transaction with the key waits 
     }
 }
 
+TEST_CASE("NewTask::run_at: absolute times through the statement and COPY paths; with a delay "
+          "it is refused",
+          "[pg][run_at]") {
+    Db db("ax_t_run_at");
+    pg::Client c(db.conninfo);
+    const auto now = std::chrono::system_clock::now();
+    const auto in_1h = now + 1h;
+    const auto us = [](std::chrono::system_clock::time_point t) {
+        return std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
+    };
+    const std::int64_t later = c.enqueue({.kind = "k", .run_at = in_1h}).id;
+    CHECK(c.query(later)->state == pg::TaskState::scheduled);
+    // Stored to the microsecond.
+    CHECK(
+        db.scalar("SELECT (extract(epoch FROM run_at) * 1000000)::int8 FROM ax.tasks WHERE id = " +
+                  std::to_string(later)) == us(in_1h));
+    // A past time is now: claimable at once, not ahead of older tasks.
+    const std::int64_t past = c.enqueue({.kind = "k", .run_at = now - 24h}).id;
+    CHECK(c.query(past)->state == pg::TaskState::pending);
+    CHECK(db.scalar("SELECT count(*) FROM ax.tasks WHERE id = " + std::to_string(past) +
+                    " AND run_at > now() - interval '1 minute'") == 1);
+    // With a key, through the keyed statement.
+    const auto keyed = c.enqueue({.kind = "k", .run_at = in_1h, .idempotency_key = "ra"});
+    CHECK(
+        db.scalar("SELECT (extract(epoch FROM run_at) * 1000000)::int8 FROM ax.tasks WHERE id = " +
+                  std::to_string(keyed.id)) == us(in_1h));
+    // A large call (the COPY's size) with one run_at goes by the statement, so the time holds; the
+    // others keep their delay or none.
+    std::vector<pg::NewTask> many(300, pg::NewTask{.kind = "k"});
+    many[7].run_at = in_1h;
+    many[8].delay = 2h;
+    const auto ids = c.enqueue_many(many);
+    CHECK(c.query(ids[7].id)->state == pg::TaskState::scheduled);
+    CHECK(c.query(ids[8].id)->state == pg::TaskState::scheduled);
+    CHECK(c.query(ids[9].id)->state == pg::TaskState::pending);
+    CHECK(
+        db.scalar("SELECT (extract(epoch FROM run_at) * 1000000)::int8 FROM ax.tasks WHERE id = " +
+                  std::to_string(ids[7].id)) == us(in_1h));
+    CHECK(db.scalar("SELECT round(extract(epoch FROM run_at - now()) / 60) FROM ax.tasks WHERE "
+                    "id = " +
+                    std::to_string(ids[8].id)) == 120);
+    // Both set, or too far: refused before anything is sent.
+    const std::int64_t live = c.counts().live();
+    try {
+        c.enqueue_many(
+            std::vector<pg::NewTask>{{.kind = "k"}, {.kind = "k", .delay = 1s, .run_at = in_1h}});
+        FAIL("run_at with delay was accepted");
+    } catch (const std::invalid_argument& e) {
+        CHECK(std::string(e.what()).find("NewTask #1: run_at") != std::string::npos);
+        CHECK(std::string(e.what()).find("give one of them") != std::string::npos);
+    }
+    CHECK_THROWS_WITH(c.enqueue({.kind = "k", .run_at = now + 24h * 367}),
+                      Catch::Contains("run_at") && Catch::Contains("366 days ahead"));
+    CHECK(c.counts().live() == live);
+    // A node runs a run_at task when it comes due (a second ahead), not before.
+    const auto due = std::chrono::system_clock::now() + 1500ms;
+    c.enqueue({.kind = "due", .run_at = due});
+    std::atomic<std::int64_t> ran_at_us{0};
+    pg::Node node(quick_node(db, "due"));
+    node.handle("due", [&](pg::Job&) { ran_at_us.store(us(std::chrono::system_clock::now())); });
+    node.start();
+    REQUIRE(wait_until([&] { return ran_at_us.load() != 0; }, 20s));
+    node.stop();
+    CHECK(ran_at_us.load() >= us(due)); // the server's clock is this machine's
+}
+
+TEST_CASE("enqueue_on: tasks on the application's connection commit and roll back with its "
+          "transaction; it refuses a connection outside one",
+          "[pg][enqueue_on]") {
+    Db db("ax_t_enqueue_on");
+    auto app = db.sql();
+    app.exec("CREATE TABLE orders (id int PRIMARY KEY)");
+    const std::string payload = "order";
+    std::vector<pg::NewTask> bulk(200, pg::NewTask{.kind = "ship", .payload = payload}); // COPY
+    const std::vector<pg::NewTask> few = {
+        {.kind = "ship", .payload = "keyed", .idempotency_key = "order-7"},
+        {.kind = "ship", .payload = "later", .run_at = std::chrono::system_clock::now() + 1h},
+        {.kind = "ship", .payload = "plain", .priority = ax::Priority::high}};
+
+    // Rolled back: nothing, not even the key.
+    app.exec("BEGIN");
+    app.exec("INSERT INTO orders VALUES (7)");
+    const auto gone = pg::enqueue_on(app.get(), few);
+    REQUIRE(gone.size() == 3);
+    const auto gone_bulk = pg::enqueue_on(app.get(), bulk);
+    REQUIRE(gone_bulk.size() == 200);
+    CHECK(PQtransactionStatus(app.get()) == PQTRANS_INTRANS); // neither committed nor ended
+    CHECK(db.scalar("SELECT count(*) FROM ax.tasks") == 0);   // not visible outside it yet
+    app.exec("ROLLBACK");
+    CHECK(db.scalar("SELECT count(*) FROM ax.tasks") == 0);
+    CHECK(db.scalar("SELECT count(*) FROM ax.idem_keys") == 0);
+    CHECK(db.scalar("SELECT count(*) FROM orders") == 0);
+
+    // Committed: every task with its fields, claimable.
+    app.exec("BEGIN");
+    app.exec("INSERT INTO orders VALUES (7)");
+    const auto kept = pg::enqueue_on(app.get(), few);
+    const auto kept_bulk = pg::enqueue_on(app.get(), bulk);
+    CHECK(pg::enqueue_on(app.get(), {.kind = "ship", .idempotency_key = "order-7"}).existed);
+    app.exec("COMMIT");
+    CHECK(db.scalar("SELECT count(*) FROM ax.tasks") == 203);
+    CHECK(db.scalar("SELECT count(*) FROM orders") == 1);
+    pg::Client c(db.conninfo);
+    CHECK(c.query(kept[1].id)->state == pg::TaskState::scheduled);
+    CHECK(c.query(kept[2].id)->priority == ax::Priority::high);
+    for (std::size_t i = 1; i < kept_bulk.size(); ++i)
+        CHECK(kept_bulk[i].id > kept_bulk[i - 1].id);
+
+    std::mutex m;
+    std::map<std::int64_t, std::string> ran;
+    pg::Node node(quick_node(db, "enqueue_on"));
+    node.handle("ship", [&](pg::Job& j) {
+        std::lock_guard lock(m);
+        ran.emplace(j.id(), std::string(j.payload()));
+    });
+    node.start();
+    REQUIRE(wait_until([&] { return c.counts().succeeded == 202; }, 30s));
+    node.stop();
+    {
+        std::lock_guard lock(m);
+        CHECK(ran.size() == 202);
+        CHECK(ran[kept[0].id] == "keyed");
+        CHECK(ran[kept[2].id] == "plain");
+        CHECK(ran[kept_bulk[199].id] == "order");
+        CHECK(ran.count(kept[1].id) == 0); // an hour ahead
+        for (const auto& e : gone)
+            CHECK(ran.count(e.id) == 0);
+    }
+
+    // Refusals send nothing and leave the application's transaction as it was.
+    CHECK_THROWS_WITH(pg::enqueue_on(app.get(), {.kind = "ship"}),
+                      Catch::Contains("not in a transaction block"));
+    app.exec("BEGIN");
+    CHECK_THROWS_WITH(pg::enqueue_on(app.get(), {.kind = ""}), Catch::Contains("NewTask #0: kind"));
+    CHECK_THROWS_AS(
+        pg::enqueue_on(app.get(),
+                       {.kind = "k", .delay = 1s, .run_at = std::chrono::system_clock::now()}),
+        std::invalid_argument);
+    CHECK_THROWS_WITH(pg::enqueue_on(app.get(),
+                                     {.kind = "k", .payload = std::string_view("12345678901")},
+                                     {.max_payload_bytes = 10}),
+                      Catch::Contains("exceeds max_payload_bytes (10)"));
+    CHECK(PQtransactionStatus(app.get()) == PQTRANS_INTRANS);
+    PQclear(PQexec(app.get(), "SELECT 1/0"));
+    CHECK(PQtransactionStatus(app.get()) == PQTRANS_INERROR);
+    CHECK_THROWS_WITH(pg::enqueue_on(app.get(), {.kind = "ship"}), Catch::Contains("roll it back"));
+    app.exec("ROLLBACK");
+    // The borrowed connection is never closed, whatever happened.
+    CHECK(app.ok());
+    CHECK(db.scalar("SELECT count(*) FROM ax.tasks") == 1);
+    CHECK_THROWS_AS(pg::enqueue_on(nullptr, {.kind = "ship"}), pg::ConnectionError);
+}
+
+TEST_CASE("psql producer (examples/producers/enqueue.sql): the committed transaction's tasks "
+          "run, the rolled back one's never exist",
+          "[pg][producer_psql]") {
+    check_producer("psql", "psql -X -q -v ON_ERROR_STOP=1 -f " + g_producers + "/enqueue.sql");
+}
+
+TEST_CASE("Python producer (examples/producers/enqueue.py, psycopg2): the committed "
+          "transaction's tasks run, the rolled back one's never exist",
+          "[pg][producer_python]") {
+    check_producer("python", python_with_psycopg2() + " " + g_producers + "/enqueue.py");
+}
+
+TEST_CASE("Node.js producer (examples/producers/enqueue.js, pg from npm): the committed "
+          "transaction's tasks run, the rolled back one's never exist",
+          "[pg][producer_node]") {
+    check_producer("node", "NODE_PATH=" + g_node_modules + " node " + g_producers + "/enqueue.js");
+}
+
 int main(int argc, char** argv) {
     const char* conninfo = std::getenv("AX_PG_CONNINFO");
     if (conninfo == nullptr || *conninfo == '\0') {
@@ -430,5 +702,32 @@ int main(int argc, char** argv) {
         return 77;
     }
     g_base = conninfo;
+    const char* dir = std::getenv("AX_PRODUCERS_DIR");
+    const char* mods = std::getenv("AX_PRODUCERS_NODE_MODULES");
+    g_producers = dir != nullptr ? dir : "examples/producers";
+    g_node_modules = mods != nullptr ? mods : "build/producers/node_modules";
+    // A producer whose language is missing here is a loud skip (scripts/deps.sh installs them
+    // all, and CI runs them).
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        int rc = 0;
+        if (a == "[producer_psql]" && (run_capture("psql --version", rc), rc != 0)) {
+            std::printf("SKIPPED: psql not found (Debian: postgresql-client; scripts/deps.sh)\n");
+            return 77;
+        }
+        if (a == "[producer_python]" && python_with_psycopg2().empty()) {
+            std::printf("SKIPPED: no python3 with psycopg2 (Debian: python3-psycopg2; "
+                        "scripts/deps.sh installs it)\n");
+            return 77;
+        }
+        if (a == "[producer_node]" &&
+            ((run_capture("node --version", rc), rc != 0) ||
+             (run_capture("test -d " + g_node_modules + "/pg", rc), rc != 0))) {
+            std::printf("SKIPPED: node or its pg module (%s) missing (scripts/deps.sh installs "
+                        "Node.js, scripts/producers-deps.sh the module)\n",
+                        g_node_modules.c_str());
+            return 77;
+        }
+    }
     return Catch::Session().run(argc, argv);
 }

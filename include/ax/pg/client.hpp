@@ -32,10 +32,11 @@ struct ClientOptions {
     /// `ax-pg migrate` turns it off to run the migration itself).
     bool require_schema = true;
     /// enqueue_many calls of at least this many tasks (default 128; 0: never) go by `COPY ...
-    /// FROM STDIN (FORMAT binary)` when no task in the call has an idempotency key or a delay:
-    /// about half the server's CPU per task of the INSERT from arrays, at the cost of two more
-    /// round trips per call (the IDs are reserved first, then the COPY starts and ends), so small
-    /// calls are cheaper as the one INSERT statement. Both are one transaction: all or nothing.
+    /// FROM STDIN (FORMAT binary)` when no task in the call has an idempotency key, a delay or a
+    /// run_at: about half the server's CPU per task of the INSERT from arrays, at the cost of two
+    /// more round trips per call (the IDs are reserved first, then the COPY starts and ends), so
+    /// small calls are cheaper as the one INSERT statement. Both are one transaction: all or
+    /// nothing.
     std::size_t copy_min_tasks = 128;
 };
 
@@ -67,30 +68,14 @@ class Client {
     Enqueued enqueue(const NewTask& task) { return enqueue_many(std::span(&task, 1)).at(0); }
 
     /// Enqueues every task in one transaction (all or nothing) and returns their IDs in order.
-    /// One statement and round trip, or for a large call of tasks without idempotency keys or
-    /// delays a COPY (ClientOptions::copy_min_tasks). Throws std::invalid_argument naming the
-    /// first bad task (nothing is enqueued then).
+    /// One statement and round trip, or for a large call of tasks without idempotency keys,
+    /// delays or run_at times a COPY (ClientOptions::copy_min_tasks). Throws
+    /// std::invalid_argument naming the first bad task (nothing is enqueued then). To enqueue
+    /// inside a transaction of the application's own, see ax::pg::enqueue_on
+    /// (ax/pg/enqueue_on.hpp) or the SQL API (ax.enqueue).
     std::vector<Enqueued> enqueue_many(std::span<const NewTask> tasks) {
-        if (tasks.empty())
-            return {};
-        std::set<std::string_view> seen_keys;
-        bool keyed = false, delayed = false;
-        for (std::size_t i = 0; i < tasks.size(); ++i) {
-            const NewTask& t = tasks[i];
-            validate(t, i);
-            if (!t.idempotency_key.empty() && !seen_keys.insert(t.idempotency_key).second)
-                bad(i, "idempotency_key", std::string(t.idempotency_key),
-                    "appears twice in one enqueue_many call");
-            keyed = keyed || !t.idempotency_key.empty();
-            delayed = delayed || t.delay.count() != 0;
-        }
-        if (!keyed && !delayed && options_.copy_min_tasks != 0 &&
-            tasks.size() >= options_.copy_min_tasks)
-            return sql::enqueue_copy(connection(), tasks, copy_buf_);
-        sql::EnqueueColumns cols;
-        cols.fill(tasks);
-        return keyed ? sql::enqueue_keyed(connection(), cols, tasks.size())
-                     : sql::enqueue_unkeyed(connection(), cols, tasks.size());
+        return sql::enqueue_tasks(connection(), tasks, options_.max_payload_bytes,
+                                  options_.copy_min_tasks, copy_buf_);
     }
 
     /// Where task `id` is; nullopt for an unknown ID (or one whose history was pruned).
@@ -158,36 +143,6 @@ class Client {
         if (!conn_.ok())
             conn_ = detail::Connection::open(conninfo_);
         return conn_;
-    }
-
-    [[noreturn]] static void bad(std::size_t i, const char* field, const std::string& value,
-                                 const std::string& why) {
-        throw std::invalid_argument("ax::pg::NewTask #" + std::to_string(i) + ": " + field + " = " +
-                                    value + ": " + why);
-    }
-
-    void validate(const NewTask& t, std::size_t i) const {
-        if (!valid_kind(t.kind))
-            bad(i, "kind", "'" + std::string(t.kind.substr(0, 40)) + "'", std::string(kind_rule));
-        if (t.payload.size() > options_.max_payload_bytes)
-            bad(i, "payload", std::to_string(t.payload.size()) + " bytes",
-                "exceeds max_payload_bytes (" + std::to_string(options_.max_payload_bytes) +
-                    "); store big blobs elsewhere and enqueue their key");
-        if (static_cast<unsigned>(t.priority) > 2)
-            bad(i, "priority", std::to_string(static_cast<unsigned>(t.priority)),
-                "must be high, normal or low");
-        if (t.max_attempts < 1 || t.max_attempts > 1000)
-            bad(i, "max_attempts", std::to_string(t.max_attempts), "must be in 1..1000");
-        if (t.timeout.count() < 0 || t.timeout > std::chrono::hours(24))
-            bad(i, "timeout", std::to_string(t.timeout.count()) + " ms", "must be in 0..24 h");
-        if (t.delay.count() < 0 || t.delay > std::chrono::hours(24 * 366))
-            bad(i, "delay", std::to_string(t.delay.count()) + " ms", "must be in 0..366 days");
-        if (t.idempotency_key.size() > 512)
-            bad(i, "idempotency_key", std::to_string(t.idempotency_key.size()) + " bytes",
-                "must be at most 512 bytes");
-        for (std::string_view tag : t.tags)
-            if (!valid_tag(tag))
-                bad(i, "tags", "'" + std::string(tag.substr(0, 40)) + "'", std::string(tag_rule));
     }
 
   public:

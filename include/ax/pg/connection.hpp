@@ -139,6 +139,18 @@ class Connection {
         return c;
     }
 
+    /// Wraps a connection that someone else owns (ax::pg::enqueue_on runs its statements on the
+    /// application's connection through it): the owner must release() it before this object
+    /// ends, or it is closed. Nothing about the connection is changed (its notice processor
+    /// included).
+    static Connection adopt(PGconn* c) noexcept {
+        Connection out;
+        out.c_ = c;
+        return out;
+    }
+    /// Gives up the connection without closing it (see adopt()).
+    PGconn* release() noexcept { return std::exchange(c_, nullptr); }
+
     void close() noexcept {
         if (c_ != nullptr)
             PQfinish(c_);

@@ -2,6 +2,8 @@
 #pragma once
 
 /// Umbrella header of ax's distributed mode (the ax::pg CMake target, libpq): the producer
-/// and operator side (Client) and the worker side (Node). See docs/distributed.md.
+/// and operator side (Client), enqueue inside the application's own transaction (enqueue_on) and
+/// the worker side (Node). See docs/distributed.md.
 #include "client.hpp"
+#include "enqueue_on.hpp"
 #include "node.hpp"

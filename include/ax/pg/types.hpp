@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -57,8 +58,13 @@ struct NewTask {
     std::chrono::milliseconds timeout{0};
     /// Attempts before the task becomes a dead letter (default 4 = the core's 1 + retry_max 3).
     int max_attempts = 4;
-    /// Not claimable before now + delay.
+    /// Not claimable before now + delay (the server's now; 0..366 days).
     std::chrono::milliseconds delay{0};
+    /// Not claimable before this absolute time (none by default); give it or a delay, not both
+    /// (std::invalid_argument). At most 366 days ahead of this machine's clock; a time in the
+    /// past means now (stored as the server's now(), so it does not jump ahead of older tasks).
+    /// Compared with the database server's clock when claiming: keep the clocks in sync.
+    std::optional<std::chrono::system_clock::time_point> run_at{};
     /// Idempotency key (empty: none; at most 512 bytes): one key, one task ID, from any number of
     /// producers and nodes, however enqueues race claims, acknowledgements, retries, dead
     /// letters, replays and discards. A second enqueue with the key answers the first task's ID

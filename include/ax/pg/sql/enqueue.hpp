@@ -4,16 +4,21 @@
 // The enqueue statements of ax::pg::Client, and one typed function per statement: the keyed
 // INSERT from arrays, the unkeyed one, and the bulk path (reserve IDs, then a binary COPY). The
 // parameters are binary arrays built column by column (EnqueueColumns) with detail/wire.hpp's
-// encoder; the COPY rows with its CopyWriter. Validation and the choice of path are the Client's.
+// encoder; the COPY rows with its CopyWriter. Then the rules every enqueue from C++ applies
+// (validate_tasks: Client::enqueue_many and ax::pg::enqueue_on alike) and the choice of path
+// (enqueue_tasks).
 
 #include "../connection.hpp"
 #include "../detail/wire.hpp"
 #include "../types.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <set>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -22,7 +27,10 @@ namespace ax::pg::sql {
 
 /// Enqueue many in one statement. Arrays: $1 kind text[], $2 payload bytea[], $3 priority int2[],
 /// $4 timeout_ms int4[], $5 max_attempts int4[], $6 delay_ms int8[], $7 idem_key text[] (NULLs),
-/// $8 tags text[] (comma-joined). Returns one row per input, in input order: (ord, id, existed).
+/// $8 tags text[] (comma-joined), $9 run_at_us int8[] (microseconds since the Unix epoch, NULL:
+/// now() + delay; an empty array when no task of the call has a run_at: unnest pads it with
+/// NULLs, so a call without one sends 12 bytes for it). A run_at in the past is now() (it does not
+/// jump ahead of older tasks). Returns one row per input, in input order: (ord, id, existed).
 /// A key is claimed by inserting its row into ax.idem_keys: the first enqueue inserts it with its
 /// new task's ID; any other, however it races, conflicts on that row (waiting for the first to
 /// commit or roll back) and its DO UPDATE answers the row as committed, i.e. the first task's
@@ -34,9 +42,9 @@ inline constexpr const char* enqueue_keyed_sql = R"SQL(
 WITH u AS MATERIALIZED (
         SELECT u.*, nextval('ax.tasks_id_seq') AS new_id
         FROM unnest($1::text[], $2::bytea[], $3::int2[], $4::int4[], $5::int4[], $6::int8[],
-                    $7::text[], $8::text[])
+                    $7::text[], $8::text[], $9::int8[])
              WITH ORDINALITY AS u(kind, payload, priority, timeout_ms, max_attempts, delay_ms,
-                                  idem_key, tags, ord)),
+                                  idem_key, tags, run_at_us, ord)),
      k AS (INSERT INTO ax.idem_keys AS k (idem_key, task_id)
            SELECT u.idem_key, u.new_id FROM u WHERE u.idem_key IS NOT NULL ORDER BY u.idem_key
            ON CONFLICT (idem_key) DO UPDATE SET task_id = k.task_id
@@ -44,7 +52,9 @@ WITH u AS MATERIALIZED (
      ins AS (INSERT INTO ax.tasks (id, kind, payload, priority, timeout_ms, max_attempts, run_at,
                                    idem_key, tags)
              SELECT u.new_id, u.kind, u.payload, u.priority, u.timeout_ms, u.max_attempts,
-                    now() + u.delay_ms * interval '1 millisecond', u.idem_key,
+                    CASE WHEN u.run_at_us IS NULL THEN now() + u.delay_ms * interval '1 millisecond'
+                         ELSE greatest(now(), timestamptz 'epoch' + u.run_at_us * interval '1 microsecond')
+                    END, u.idem_key,
                     CASE WHEN u.tags = '' THEN '{}'::text[] ELSE string_to_array(u.tags, ',') END
              FROM u LEFT JOIN k ON k.idem_key = u.idem_key
              WHERE u.idem_key IS NULL OR k.task_id = u.new_id
@@ -57,7 +67,8 @@ ORDER BY u.ord)SQL";
 /// unnest, without the key joins, the ON CONFLICT arbiter or the result joins of enqueue_keyed_sql
 /// (less than half of its server CPU on 100k rows: 7 against 16 us per task). Arrays as
 /// enqueue_keyed_sql less the keys: $1 kind, $2 payload, $3 priority, $4 timeout_ms, $5
-/// max_attempts, $6 delay_ms, $7 tags (comma-joined). Returns one row: the new IDs as one int8[].
+/// max_attempts, $6 delay_ms, $7 tags (comma-joined), $8 run_at_us. Returns one row: the new IDs
+/// as one int8[].
 /// IDs are taken by nextval in the projection over the unnest scan, so in input order: ascending ID
 /// is input order, whatever order RETURNING hands them back in (the client sorts when it is not
 /// already ascending).
@@ -65,10 +76,14 @@ inline constexpr const char* enqueue_unkeyed_sql = R"SQL(
 WITH i AS (
     INSERT INTO ax.tasks (id, kind, payload, priority, timeout_ms, max_attempts, run_at, tags)
     SELECT nextval('ax.tasks_id_seq'), u.kind, u.payload, u.priority, u.timeout_ms,
-           u.max_attempts, now() + u.delay_ms * interval '1 millisecond',
+           u.max_attempts,
+           CASE WHEN u.run_at_us IS NULL THEN now() + u.delay_ms * interval '1 millisecond'
+                ELSE greatest(now(), timestamptz 'epoch' + u.run_at_us * interval '1 microsecond')
+           END,
            CASE WHEN u.tags = '' THEN '{}'::text[] ELSE string_to_array(u.tags, ',') END
     FROM unnest($1::text[], $2::bytea[], $3::int2[], $4::int4[], $5::int4[], $6::int8[],
-                $7::text[]) AS u(kind, payload, priority, timeout_ms, max_attempts, delay_ms, tags)
+                $7::text[], $8::int8[])
+         AS u(kind, payload, priority, timeout_ms, max_attempts, delay_ms, tags, run_at_us)
     RETURNING id)
 SELECT array_agg(id) FROM i)SQL";
 
@@ -97,12 +112,17 @@ struct EnqueueColumns {
     detail::BinaryArray idem_key{detail::oid::text};
     /// Comma-joined (a tag has no comma: valid_tag); the statements split them.
     detail::BinaryArray tags{detail::oid::text};
+    /// NewTask::run_at in microseconds since the Unix epoch (NULL: none); empty when no task of
+    /// the call has one (the statements' unnest pads it with NULLs).
+    detail::BinaryArray run_at_us{detail::oid::int8};
 
     /// Fills the columns from `tasks` (validated by the caller).
     void fill(std::span<const NewTask> tasks) {
-        for (detail::BinaryArray* a :
-             {&kind, &payload, &priority, &timeout_ms, &max_attempts, &delay_ms, &idem_key, &tags})
+        for (detail::BinaryArray* a : {&kind, &payload, &priority, &timeout_ms, &max_attempts,
+                                       &delay_ms, &idem_key, &tags, &run_at_us})
             a->clear();
+        const bool timed = std::any_of(tasks.begin(), tasks.end(),
+                                       [](const NewTask& t) { return t.run_at.has_value(); });
         std::string joined;
         for (const NewTask& t : tasks) {
             kind.add_bytes(t.kind);
@@ -122,6 +142,14 @@ struct EnqueueColumns {
                 joined += t.tags[k];
             }
             tags.add_bytes(joined);
+            if (timed) {
+                if (t.run_at)
+                    run_at_us.add_int64(std::chrono::duration_cast<std::chrono::microseconds>(
+                                            t.run_at->time_since_epoch())
+                                            .count());
+                else
+                    run_at_us.add_null();
+            }
         }
     }
 };
@@ -150,10 +178,10 @@ inline std::vector<Enqueued> ids_of(const detail::Result& r, std::size_t n) {
 /// that was already taken.
 inline std::vector<Enqueued> enqueue_keyed(detail::Connection& c, EnqueueColumns& cols,
                                            std::size_t n) {
-    const std::string_view params[] = {cols.kind.bytes(),         cols.payload.bytes(),
-                                       cols.priority.bytes(),     cols.timeout_ms.bytes(),
-                                       cols.max_attempts.bytes(), cols.delay_ms.bytes(),
-                                       cols.idem_key.bytes(),     cols.tags.bytes()};
+    const std::string_view params[] = {
+        cols.kind.bytes(),       cols.payload.bytes(),      cols.priority.bytes(),
+        cols.timeout_ms.bytes(), cols.max_attempts.bytes(), cols.delay_ms.bytes(),
+        cols.idem_key.bytes(),   cols.tags.bytes(),         cols.run_at_us.bytes()};
     detail::Result r = c.exec_binary(enqueue_keyed_sql, params, detail::Format::text);
     if (static_cast<std::size_t>(r.rows()) != n)
         throw Error("ax::pg: enqueue returned " + std::to_string(r.rows()) + " rows for " +
@@ -172,7 +200,7 @@ inline std::vector<Enqueued> enqueue_unkeyed(detail::Connection& c, EnqueueColum
     const std::string_view params[] = {cols.kind.bytes(),         cols.payload.bytes(),
                                        cols.priority.bytes(),     cols.timeout_ms.bytes(),
                                        cols.max_attempts.bytes(), cols.delay_ms.bytes(),
-                                       cols.tags.bytes()};
+                                       cols.tags.bytes(),         cols.run_at_us.bytes()};
     return ids_of(c.exec_binary(enqueue_unkeyed_sql, params, detail::Format::binary), n);
 }
 
@@ -214,6 +242,95 @@ inline std::vector<Enqueued> enqueue_copy(detail::Connection& c, std::span<const
     if (buf.capacity() > (std::size_t{4} << 20))
         std::string().swap(buf);
     return out;
+}
+
+/// What validate_tasks found about a call's tasks (it picks the statement).
+struct TaskCall {
+    /// Some task has an idempotency key: the keyed statement.
+    bool keyed = false;
+    /// Some task has a delay or a run_at: not the COPY path (its rows take run_at = now()).
+    bool timed = false;
+};
+
+/// Throws std::invalid_argument "ax::pg::NewTask #i: field = value: why".
+[[noreturn]] inline void bad_task(std::size_t i, const char* field, const std::string& value,
+                                  const std::string& why) {
+    throw std::invalid_argument("ax::pg::NewTask #" + std::to_string(i) + ": " + field + " = " +
+                                value + ": " + why);
+}
+
+/// The rules of every C++ enqueue (Client::enqueue_many, ax::pg::enqueue_on; the SQL API's
+/// ax.enqueue applies the same in the database): std::invalid_argument naming the first bad task
+/// and field, before anything is sent. `now` bounds run_at (at most 366 days ahead, by this
+/// machine's clock; the row's time is the server's).
+inline TaskCall validate_tasks(std::span<const NewTask> tasks, std::size_t max_payload_bytes,
+                               std::chrono::system_clock::time_point now) {
+    TaskCall call;
+    std::set<std::string_view> seen_keys;
+    for (std::size_t i = 0; i < tasks.size(); ++i) {
+        const NewTask& t = tasks[i];
+        if (!valid_kind(t.kind))
+            bad_task(i, "kind", "'" + std::string(t.kind.substr(0, 40)) + "'",
+                     std::string(kind_rule));
+        if (t.payload.size() > max_payload_bytes)
+            bad_task(i, "payload", std::to_string(t.payload.size()) + " bytes",
+                     "exceeds max_payload_bytes (" + std::to_string(max_payload_bytes) +
+                         "); store big blobs elsewhere and enqueue their key");
+        if (static_cast<unsigned>(t.priority) > 2)
+            bad_task(i, "priority", std::to_string(static_cast<unsigned>(t.priority)),
+                     "must be high, normal or low");
+        if (t.max_attempts < 1 || t.max_attempts > 1000)
+            bad_task(i, "max_attempts", std::to_string(t.max_attempts), "must be in 1..1000");
+        if (t.timeout.count() < 0 || t.timeout > std::chrono::hours(24))
+            bad_task(i, "timeout", std::to_string(t.timeout.count()) + " ms", "must be in 0..24 h");
+        if (t.delay.count() < 0 || t.delay > std::chrono::hours(24 * 366))
+            bad_task(i, "delay", std::to_string(t.delay.count()) + " ms", "must be in 0..366 days");
+        if (t.run_at) {
+            const auto s =
+                std::chrono::duration_cast<std::chrono::seconds>(t.run_at->time_since_epoch())
+                    .count();
+            if (t.delay.count() != 0)
+                bad_task(i, "run_at", std::to_string(s) + " s after the Unix epoch",
+                         "set together with delay (" + std::to_string(t.delay.count()) +
+                             " ms): give one of them");
+            if (*t.run_at > now + std::chrono::hours(24 * 366))
+                bad_task(i, "run_at", std::to_string(s) + " s after the Unix epoch",
+                         "must be at most 366 days ahead");
+        }
+        if (t.idempotency_key.size() > 512)
+            bad_task(i, "idempotency_key", std::to_string(t.idempotency_key.size()) + " bytes",
+                     "must be at most 512 bytes");
+        for (std::string_view tag : t.tags)
+            if (!valid_tag(tag))
+                bad_task(i, "tags", "'" + std::string(tag.substr(0, 40)) + "'",
+                         std::string(tag_rule));
+        if (!t.idempotency_key.empty() && !seen_keys.insert(t.idempotency_key).second)
+            bad_task(i, "idempotency_key", std::string(t.idempotency_key),
+                     "appears twice in one enqueue_many call");
+        call.keyed = call.keyed || !t.idempotency_key.empty();
+        call.timed = call.timed || t.delay.count() != 0 || t.run_at.has_value();
+    }
+    return call;
+}
+
+/// Validates `tasks` (validate_tasks) and enqueues them on `c` with one statement, or for a call
+/// of at least `copy_min_tasks` (0: never) without keys, delays or run_at times by COPY
+/// (reserve_ids_sql, then enqueue_copy_sql; `copy_buf` is its reused buffer). Whatever
+/// transaction `c` is in holds them: Client's connection autocommits each statement (the COPY
+/// path is one statement after the reserve), enqueue_on's is the application's open one.
+inline std::vector<Enqueued> enqueue_tasks(detail::Connection& c, std::span<const NewTask> tasks,
+                                           std::size_t max_payload_bytes,
+                                           std::size_t copy_min_tasks, std::string& copy_buf) {
+    if (tasks.empty())
+        return {};
+    const TaskCall call =
+        validate_tasks(tasks, max_payload_bytes, std::chrono::system_clock::now());
+    if (!call.keyed && !call.timed && copy_min_tasks != 0 && tasks.size() >= copy_min_tasks)
+        return enqueue_copy(c, tasks, copy_buf);
+    EnqueueColumns cols;
+    cols.fill(tasks);
+    return call.keyed ? enqueue_keyed(c, cols, tasks.size())
+                      : enqueue_unkeyed(c, cols, tasks.size());
 }
 
 } // namespace ax::pg::sql
