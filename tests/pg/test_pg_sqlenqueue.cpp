@@ -15,6 +15,7 @@
 #include <mutex>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <sys/wait.h>
 #include <thread>
@@ -96,6 +97,8 @@ pg::NodeOptions quick_node(const Db& db, const std::string& name) {
     o.name = name;
     o.scheduler.min_workers = 2;
     o.scheduler.max_workers = 2;
+    o.scheduler.retry_base_delay = 20ms;
+    o.scheduler.retry_jitter = 10ms;
     o.poll_interval = 100ms;
     o.maintenance_interval = 200ms;
     o.reconnect_base = 20ms;
@@ -485,6 +488,45 @@ TEST_CASE("ax.enqueue in the caller's transaction: rollback leaves nothing, the 
     CHECK(ran[many.int64(0, 0)] == "a");
     CHECK(ran[many.int64(1, 0)] == "b");
     CHECK(ran.count(gone) == 0);
+}
+
+TEST_CASE("a task enqueued by SQL retries, dead-letters and is replayed like any other; its key "
+          "holds through it",
+          "[pg][sql_tx]") {
+    Db db("ax_t_sql_dead");
+    auto s = db.sql();
+    const std::int64_t id =
+        s.exec("SELECT ax.enqueue(kind => 'flaky', payload => 'p', idempotency_key => 'dl-1', "
+               "max_attempts => 2)")
+            .int64(0, 0);
+    std::atomic<int> attempts{0};
+    std::atomic<bool> heal{false};
+    pg::Node node(quick_node(db, "dead"));
+    node.handle("flaky", [&](pg::Job&) {
+        attempts.fetch_add(1);
+        if (!heal.load())
+            throw std::runtime_error("boom");
+    });
+    node.start();
+    pg::Client c(db.conninfo);
+    REQUIRE(wait_until([&] { return c.counts().dead_letters == 1; }, 20s));
+    CHECK(attempts.load() == 2);
+    const auto dl = c.dead_letters();
+    REQUIRE(dl.size() == 1);
+    CHECK(dl[0].id == id);
+    CHECK(dl[0].errors.size() == 2);
+    CHECK(dl[0].reason == "attempts exhausted");
+    // The key answers the dead letter's ID; no new task.
+    CHECK(s.exec("SELECT ax.enqueue(kind => 'flaky', idempotency_key => 'dl-1')").int64(0, 0) ==
+          id);
+    CHECK(c.counts().live() == 0);
+    heal.store(true);
+    REQUIRE(c.replay_dead_letter(id));
+    REQUIRE(wait_until([&] { return c.counts().succeeded == 1; }, 20s));
+    node.stop();
+    CHECK(c.query(id)->state == pg::TaskState::succeeded);
+    CHECK(s.exec("SELECT ax.enqueue(kind => 'flaky', idempotency_key => 'dl-1')").int64(0, 0) ==
+          id);
 }
 
 TEST_CASE("ax.enqueue keys race safely: a second transaction with the key waits for the first, "
