@@ -5,6 +5,8 @@
 //   ax-pg [--db CONNINFO] dead-letters list [LIMIT]
 //   ax-pg [--db CONNINFO] dead-letters replay ID...
 //   ax-pg [--db CONNINFO] dead-letters discard ID...
+//   ax-pg [--db CONNINFO] pause|resume kind KIND | lane high|normal|low
+//   ax-pg [--db CONNINFO] pause                          (lists what is paused)
 //
 // Without --db the connection string comes from $AX_PG_CONNINFO, else libpq's defaults (PGHOST,
 // PGPORT, PGDATABASE, ...). Exit status: 0 ok, 1 a database error, 2 bad usage or input.
@@ -23,6 +25,8 @@ int usage() {
                          "       ax-pg [--db CONNINFO] status\n"
                          "       ax-pg [--db CONNINFO] dead-letters list [LIMIT]\n"
                          "       ax-pg [--db CONNINFO] dead-letters replay|discard ID...\n"
+                         "       ax-pg [--db CONNINFO] pause|resume kind KIND | lane LANE\n"
+                         "       ax-pg [--db CONNINFO] pause   (lists what is paused)\n"
                          "CONNINFO defaults to $AX_PG_CONNINFO, else libpq's PG* variables.\n");
     return 2;
 }
@@ -41,6 +45,35 @@ std::int64_t parse_id(const std::string& s) {
         throw std::invalid_argument("not a task ID: '" + s + "'");
     return v;
 }
+
+// --- pause and resume, listing (issue 28)
+
+void print_paused(const std::vector<ax::pg::PauseInfo>& paused) {
+    std::printf("paused: %s\n", paused.empty() ? "nothing" : "");
+    for (const auto& p : paused)
+        std::printf("  %s (%.0f s ago)\n", p.target.text().c_str(), p.age_s);
+}
+
+/// `pause|resume kind KIND | lane LANE`, and `pause` alone: what is paused.
+int pause_command(const std::string& conninfo, const std::vector<std::string>& args) {
+    const bool pause = args[0] == "pause";
+    if (pause && args.size() == 1) {
+        ax::pg::Client c(conninfo);
+        print_paused(c.pauses());
+        return 0;
+    }
+    if (args.size() != 3)
+        throw std::invalid_argument(args[0] + ": expected 'kind KIND' or 'lane high|normal|low'");
+    const ax::pg::PauseTarget t = ax::pg::PauseTarget::parse(args[1], args[2]);
+    ax::pg::Client c(conninfo);
+    const bool changed = pause ? c.pause(t) : c.resume(t);
+    std::printf("%s: %s\n", t.text().c_str(),
+                pause ? (changed ? "paused" : "already paused")
+                      : (changed ? "resumed" : "was not paused"));
+    return 0;
+}
+
+// --- end of pause and resume, listing
 
 void print_status(ax::pg::Client& c) {
     const ax::pg::Status s = c.status();
@@ -74,6 +107,7 @@ void print_status(ax::pg::Client& c) {
                 static_cast<long long>(s.reclaimed_batches),
                 static_cast<long long>(s.reclaimed_tasks),
                 static_cast<long long>(s.checksum_mismatches));
+    print_paused(s.paused);
 }
 
 } // namespace
@@ -102,6 +136,8 @@ int main(int argc, char** argv) {
             print_status(c);
             return 0;
         }
+        if (cmd == "pause" || cmd == "resume")
+            return pause_command(conninfo, args);
         if (cmd == "dead-letters" && args.size() >= 2) {
             ax::pg::Client c(conninfo);
             const std::string& sub = args[1];

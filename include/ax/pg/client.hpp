@@ -8,6 +8,7 @@
 #include "schema.hpp"
 #include "sql/client.hpp"
 #include "sql/enqueue.hpp"
+#include "sql/pause.hpp"
 #include "types.hpp"
 
 #include <chrono>
@@ -147,11 +148,30 @@ class Client {
         s.reclaimed_batches = k.reclaimed_batches;
         s.reclaimed_tasks = k.reclaimed_tasks;
         s.checksum_mismatches = k.checksum_mismatches;
+        s.paused = pauses();
         return s;
     }
 
     /// The options in force.
     [[nodiscard]] const ClientOptions& options() const noexcept { return options_; }
+
+    // --- pause and resume, listing (issue 28)
+
+    /// Pauses a kind or a lane cluster-wide (stored in ax.pauses, so it outlives every node and
+    /// client): every live node is notified (NOTIFY ax_pause) and stops claiming it within about
+    /// one of its round trips; nodes that start or reconnect later read it at once. Tasks
+    /// already claimed finish (those queued on a node still run; a claim in flight as the
+    /// notification arrives may still take some). Enqueues go on: the tasks wait, claimable
+    /// again at resume. Returns false if it was paused already. Bad targets throw
+    /// std::invalid_argument when built (PauseTarget).
+    bool pause(const PauseTarget& target) { return sql::set_paused(connection(), target, true); }
+
+    /// Resumes a paused kind or lane; every node claims it again at once. Returns false if it
+    /// was not paused.
+    bool resume(const PauseTarget& target) { return sql::set_paused(connection(), target, false); }
+
+    /// The pauses in force, by scope and name (also in status()).
+    std::vector<PauseInfo> pauses() { return sql::pauses(connection()); }
 
   private:
     detail::Connection& connection() {

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -203,6 +204,65 @@ struct NodeInfo {
     std::int64_t tasks = 0;
 };
 
+// --- pause and resume, listing (issue 28)
+
+/// What Client::pause() and Client::resume() act on, cluster-wide: every task of one kind, or
+/// one claim lane (high, normal, low). Build one with PauseTarget::kind(), ::lane() or ::parse().
+struct PauseTarget {
+    /// Which of the two a target names.
+    enum class Scope : std::uint8_t { kind, lane };
+    Scope scope = Scope::kind;
+    /// The kind, or the lane's name ("high", "normal", "low").
+    std::string name;
+
+    /// Every task of `k` (1..200 bytes; std::invalid_argument otherwise).
+    static PauseTarget kind(std::string_view k) {
+        if (!valid_kind(k))
+            throw std::invalid_argument("ax::pg::PauseTarget: kind '" +
+                                        std::string(k.substr(0, 40)) +
+                                        "': " + std::string(kind_rule));
+        return {Scope::kind, std::string(k)};
+    }
+    /// Every task of lane `p` (std::invalid_argument for a value outside the three lanes).
+    static PauseTarget lane(Priority p) {
+        if (static_cast<unsigned>(p) > 2)
+            throw std::invalid_argument("ax::pg::PauseTarget: lane " +
+                                        std::to_string(static_cast<unsigned>(p)) +
+                                        ": must be high, normal or low");
+        return {Scope::lane, std::string(to_string(p))};
+    }
+    /// "kind" + a kind, or "lane" + "high" | "normal" | "low" (for tools; std::invalid_argument
+    /// naming what is wrong otherwise).
+    static PauseTarget parse(std::string_view scope, std::string_view name) {
+        if (scope == "kind")
+            return kind(name);
+        if (scope == "lane") {
+            for (const Priority p : {Priority::high, Priority::normal, Priority::low})
+                if (to_string(p) == name)
+                    return lane(p);
+            throw std::invalid_argument("ax::pg::PauseTarget: lane '" +
+                                        std::string(name.substr(0, 40)) +
+                                        "': must be high, normal or low");
+        }
+        throw std::invalid_argument("ax::pg::PauseTarget: '" + std::string(scope.substr(0, 40)) +
+                                    "': must be kind or lane");
+    }
+    /// "kind resize", "lane low".
+    [[nodiscard]] std::string text() const {
+        return std::string(scope == Scope::kind ? "kind " : "lane ") + name;
+    }
+    friend bool operator==(const PauseTarget&, const PauseTarget&) = default;
+};
+
+/// One pause in force.
+struct PauseInfo {
+    PauseTarget target;
+    /// Seconds since it was paused.
+    double age_s = 0;
+};
+
+// --- end of pause and resume, listing
+
 /// Everything `ax-pg status` prints.
 struct Status {
     Counts counts;
@@ -217,6 +277,8 @@ struct Status {
     std::int64_t reclaimed_batches = 0;
     std::int64_t reclaimed_tasks = 0;
     std::int64_t checksum_mismatches = 0;
+    /// Kinds and lanes paused cluster-wide (Client::pause), by scope and name.
+    std::vector<PauseInfo> paused;
 };
 
 /// The TaskState named `s` (to_string's inverse); discarded for any other text.
