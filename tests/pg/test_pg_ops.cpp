@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <initializer_list>
 #include <set>
 #include <signal.h>
 #include <string>
@@ -308,6 +309,251 @@ TEST_CASE("pause and resume refuse bad targets with a clear error", "[pg][pause]
     CHECK(run_tool(db, "pause kind", out) == 2);
     CHECK(run_tool(db, "pause", out) == 0);
     CHECK(out.find("paused: nothing") != std::string::npos);
+}
+
+// ---------------------------------------------------------------- listing
+
+namespace {
+
+pg::NodeOptions quick_node(const Db& db, const std::string& name) {
+    pg::NodeOptions o;
+    o.conninfo = db.conninfo;
+    o.name = name;
+    o.scheduler.min_workers = 2;
+    o.scheduler.max_workers = 2;
+    o.poll_interval = 100ms;
+    o.maintenance_interval = 200ms;
+    o.reconnect_base = 20ms;
+    o.stop_grace = 5000ms;
+    return o;
+}
+
+std::set<std::int64_t> listed(pg::Client& c, pg::TaskFilter f) {
+    f.limit = pg::max_list_limit;
+    const pg::TaskPage page = c.list(f);
+    CHECK(page.next == 0);
+    std::set<std::int64_t> ids;
+    for (const auto& t : page.tasks)
+        CHECK(ids.insert(t.id).second);
+    return ids;
+}
+
+std::set<std::int64_t> set_of(std::initializer_list<std::vector<std::int64_t>> parts) {
+    std::set<std::int64_t> s;
+    for (const auto& p : parts)
+        s.insert(p.begin(), p.end());
+    return s;
+}
+
+} // namespace
+
+TEST_CASE("list: every filter, over live tasks, the history and the dead letters", "[pg][list]") {
+    Db db("ax_t_list");
+    pg::Client c(db.conninfo);
+    using P = ax::Priority;
+    // Group 1 (before t_mid): three alpha that will succeed (one keyed), two high beta needing a
+    // tag no node offers (pending), a delayed low alpha (scheduled).
+    const auto alpha = ids_of(c.enqueue_many(
+        std::vector<pg::NewTask>{{.kind = "alpha", .payload = "a0", .idempotency_key = "k-alpha"},
+                                 {.kind = "alpha", .payload = "a1"},
+                                 {.kind = "alpha", .payload = "a2"}}));
+    const auto beta = ids_of(c.enqueue_many(
+        std::vector<pg::NewTask>{{.kind = "beta", .priority = P::high, .tags = {"gpu"}},
+                                 {.kind = "beta", .priority = P::high, .tags = {"gpu", "ssd"}}}));
+    const std::int64_t sched =
+        c.enqueue({.kind = "alpha", .priority = P::low, .delay = std::chrono::hours(1)}).id;
+    std::this_thread::sleep_for(50ms);
+    const auto t_mid = std::chrono::system_clock::now();
+    std::this_thread::sleep_for(50ms);
+    // Group 2: one held running, two that fail for good, two nobody handles, one cancelled.
+    const std::int64_t hold = c.enqueue({.kind = "hold"}).id;
+    const auto bad = ids_of(c.enqueue_many(
+        std::vector<pg::NewTask>{{.kind = "bad", .payload = "payload of bad 0"}, {.kind = "bad"}}));
+    const auto gamma = ids_of(c.enqueue_many(tasks_of("gamma", 2)));
+    const std::int64_t cancelled = c.enqueue({.kind = "gamma"}).id;
+    REQUIRE(c.cancel(cancelled) == pg::CancelResult::cancelled);
+
+    std::atomic<bool> release{false};
+    pg::Node node(quick_node(db, "lister"));
+    node.handle("alpha", [](pg::Job&) {});
+    node.handle("bad", [](pg::Job&) { throw ax::PermanentError("boom"); });
+    node.handle("hold", [&](pg::Job&) {
+        while (!release.load())
+            std::this_thread::sleep_for(5ms);
+    });
+    node.start();
+    REQUIRE(wait_until(
+        [&] {
+            const auto k = c.counts();
+            return k.succeeded == 3 && k.dead_letters == 2 && k.claimed[1] == 1;
+        },
+        30s));
+    REQUIRE(c.discard_dead_letter(bad[1]));
+
+    using S = pg::TaskState;
+    const auto by_state = [&](S s) { return listed(c, {.states = {s}}); };
+    CHECK(by_state(S::succeeded) == set_of({alpha}));
+    CHECK(by_state(S::pending) == set_of({beta, gamma}));
+    CHECK(by_state(S::scheduled) == set_of({{sched}}));
+    CHECK(by_state(S::claimed) == set_of({{hold}}));
+    CHECK(by_state(S::cancelled) == set_of({{cancelled}}));
+    CHECK(by_state(S::dead_lettered) == set_of({{bad[0]}}));
+    CHECK(by_state(S::discarded) == set_of({{bad[1]}}));
+    CHECK(listed(c, {.states = {S::pending, S::discarded}}) == set_of({beta, gamma, {bad[1]}}));
+    const auto all = set_of({alpha, beta, {sched, hold}, bad, gamma, {cancelled}});
+    CHECK(listed(c, {}) == all);
+    CHECK(listed(c, {.kind = "alpha"}) == set_of({alpha, {sched}}));
+    CHECK(listed(c, {.states = {S::succeeded}, .kind = "beta"}).empty());
+    CHECK(listed(c, {.tag = "gpu"}) == set_of({beta}));
+    CHECK(listed(c, {.tag = "ssd"}) == set_of({{beta[1]}}));
+    CHECK(listed(c, {.lane = P::high}) == set_of({beta}));
+    CHECK(listed(c, {.lane = P::low}) == set_of({{sched}}));
+    CHECK(listed(c, {.idempotency_key = "k-alpha"}) == set_of({{alpha[0]}}));
+    CHECK(listed(c, {.idempotency_key = "no-such-key"}).empty());
+    CHECK(listed(c, {.enqueued_before = t_mid}) == set_of({alpha, beta, {sched}}));
+    CHECK(listed(c, {.enqueued_after = t_mid}) == set_of({{hold}, bad, gamma, {cancelled}}));
+    CHECK(listed(c, {.kind = "gamma", .enqueued_after = t_mid}) == set_of({gamma, {cancelled}}));
+
+    // Order and fields.
+    const pg::TaskPage newest = c.list({.newest_first = true, .limit = 3});
+    REQUIRE(newest.tasks.size() == 3);
+    CHECK(newest.tasks[0].id == cancelled);
+    CHECK(newest.tasks[0].id > newest.tasks[1].id);
+    CHECK(newest.next == newest.tasks[2].id);
+    const pg::TaskPage first = c.list({.limit = 1});
+    REQUIRE(first.tasks.size() == 1);
+    const pg::TaskInfo& a0 = first.tasks[0];
+    CHECK(a0.id == alpha[0]);
+    CHECK(a0.state == S::succeeded);
+    CHECK(a0.kind == "alpha");
+    CHECK(a0.idempotency_key == "k-alpha");
+    CHECK(a0.attempts == 1);
+    CHECK(a0.node_id == node.stats().node_id);
+    CHECK(a0.payload_bytes == -1); // the history keeps no payload
+    CHECK(a0.at >= a0.enqueued_at);
+    const pg::TaskInfo b1 = c.list({.tag = "ssd"}).tasks.at(0);
+    CHECK(b1.tags == std::vector<std::string>{"gpu", "ssd"});
+    CHECK(b1.priority == P::high);
+    CHECK(b1.payload_bytes == 0);
+    const pg::TaskInfo s0 = c.list({.states = {S::scheduled}}).tasks.at(0);
+    CHECK(s0.at > std::chrono::system_clock::now() + std::chrono::minutes(59));
+    const pg::TaskInfo d0 = c.list({.states = {S::dead_lettered}}).tasks.at(0);
+    CHECK(d0.errors == 1);
+    CHECK(d0.payload_bytes == 16);
+
+    // Everything known of one task.
+    const auto d = c.task_details(bad[0], 7);
+    REQUIRE(d.has_value());
+    CHECK(d->info.state == S::dead_lettered);
+    CHECK(d->reason == "permanent error");
+    REQUIRE(d->errors.size() == 1);
+    CHECK(d->errors[0].find("boom") != std::string::npos);
+    CHECK(d->payload_preview == "payload");
+    CHECK(d->max_attempts == 4);
+    const auto h = c.task_details(hold);
+    REQUIRE(h.has_value());
+    CHECK(h->info.state == S::claimed);
+    CHECK(h->batch_id != 0);
+    CHECK(h->info.node_id == node.stats().node_id);
+    CHECK_FALSE(c.task_details(999999).has_value());
+
+    std::string out;
+    CHECK(run_tool(db, "tasks list --state dead,discarded", out) == 0);
+    CHECK(out.find("#" + std::to_string(bad[0]) + " dead_lettered") != std::string::npos);
+    CHECK(out.find("#" + std::to_string(bad[1]) + " discarded") != std::string::npos);
+    CHECK(out.find("2 task(s); no more") != std::string::npos);
+    CHECK(run_tool(db, "tasks list --kind alpha --limit 2", out) == 0);
+    CHECK(out.find("next page: --after " + std::to_string(alpha[1])) != std::string::npos);
+    CHECK(run_tool(db, "tasks show " + std::to_string(bad[0]), out) == 0);
+    CHECK(out.find("permanent error") != std::string::npos);
+    CHECK(out.find("16 bytes: payload of bad 0") != std::string::npos);
+    CHECK(run_tool(db, "tasks list --kind alpha --explain", out) == 0);
+    CHECK(out.find("Execution Time") != std::string::npos);
+
+    release.store(true);
+    node.stop();
+}
+
+TEST_CASE("list: pages by cursor see every task once while tasks are enqueued and finish "
+          "between pages",
+          "[pg][list]") {
+    Db db("ax_t_list_pages");
+    pg::Client c(db.conninfo);
+    const auto initial = ids_of(c.enqueue_many(tasks_of("p", 300)));
+    for (const bool newest_first : {false, true}) {
+        INFO("newest_first " << newest_first);
+        std::set<std::int64_t> seen, added;
+        std::size_t dup = 0, pages = 0;
+        std::int64_t after = 0;
+        std::size_t k = 0;
+        do {
+            const pg::TaskPage page =
+                c.list({.after = after, .newest_first = newest_first, .limit = 37});
+            ++pages;
+            for (const auto& t : page.tasks)
+                dup += seen.insert(t.id).second ? 0 : 1;
+            after = page.next;
+            if (after == 0)
+                break;
+            // Between pages: new tasks, and tasks moving to the history (same ID), some already
+            // listed, some not yet.
+            for (const auto& e : c.enqueue_many(tasks_of("p", 5)))
+                added.insert(e.id);
+            for (int i = 0; i < 2; ++i, ++k) {
+                const std::int64_t id = initial[(k * 37) % initial.size()];
+                c.cancel(id);
+            }
+        } while (true);
+        CHECK(dup == 0);
+        for (const std::int64_t id : initial)
+            CHECK(seen.count(id) == 1);
+        if (newest_first)
+            CHECK(pages >= 300 / 37);
+        else // ascending: what was enqueued meanwhile comes on later pages
+            for (const std::int64_t id : added)
+                CHECK(seen.count(id) == 1);
+    }
+}
+
+TEST_CASE("list: a bad filter gets a clear error", "[pg][list]") {
+    Db db("ax_t_list_bad");
+    pg::Client c(db.conninfo);
+    const auto message = [&](const pg::TaskFilter& f) {
+        try {
+            (void)c.list(f);
+        } catch (const std::invalid_argument& e) {
+            return std::string(e.what());
+        }
+        return std::string("no error");
+    };
+    CHECK(message({.limit = 0}).find("limit = 0: must be in 1..1000") != std::string::npos);
+    CHECK(message({.limit = 1001}).find("limit = 1001: must be in 1..1000") != std::string::npos);
+    CHECK(message({.after = -5}).find("after = -5") != std::string::npos);
+    CHECK(message({.kind = std::string(201, 'k')}).find("must be 1..200 bytes") !=
+          std::string::npos);
+    CHECK(message({.tag = "a,b"}).find("tag 'a,b'") != std::string::npos);
+    CHECK(message({.lane = static_cast<ax::Priority>(9)}).find("lane 9") != std::string::npos);
+    CHECK(message({.states = {static_cast<pg::TaskState>(42)}}).find("state 42") !=
+          std::string::npos);
+    CHECK(message({.idempotency_key = std::string(513, 'x')}).find("idempotency_key") !=
+          std::string::npos);
+    const auto now = std::chrono::system_clock::now();
+    CHECK(message({.enqueued_after = now, .enqueued_before = now - 1s})
+              .find("enqueued_after: must be before enqueued_before") != std::string::npos);
+    CHECK(pg::parse_task_state("running") == pg::TaskState::claimed);
+    CHECK(pg::parse_task_state("dead") == pg::TaskState::dead_lettered);
+    CHECK(pg::parse_task_state("discarded") == pg::TaskState::discarded);
+    CHECK_FALSE(pg::parse_task_state("done").has_value());
+    std::string out;
+    CHECK(run_tool(db, "tasks list --state done", out) == 2);
+    CHECK(out.find("state 'done': must be one of pending, scheduled") != std::string::npos);
+    CHECK(run_tool(db, "tasks list --limit 5000", out) == 2);
+    CHECK(out.find("must be in 1..1000") != std::string::npos);
+    CHECK(run_tool(db, "tasks list --lane urgent", out) == 2);
+    CHECK(run_tool(db, "tasks list --bogus 1", out) == 2);
+    CHECK(run_tool(db, "tasks show 12345", out) == 2);
+    CHECK(out.find("unknown") != std::string::npos);
+    CHECK(run_tool(db, "tasks show x", out) == 2);
 }
 
 int main(int argc, char** argv) {

@@ -9,6 +9,7 @@
 #include "sql/client.hpp"
 #include "sql/enqueue.hpp"
 #include "sql/pause.hpp"
+#include "sql/tasks.hpp"
 #include "types.hpp"
 
 #include <chrono>
@@ -172,6 +173,26 @@ class Client {
 
     /// The pauses in force, by scope and name (also in status()).
     std::vector<PauseInfo> pauses() { return sql::pauses(connection()); }
+
+    /// One page of the tasks matching `filter`, live, finished (the history, within its
+    /// retention) and dead letters alike, in ID order; TaskPage::next is the next page's
+    /// TaskFilter::after. One statement, each state's branch an index scan (docs/distributed.md
+    /// shows the plans on a million rows). Throws std::invalid_argument naming a bad field
+    /// (limit outside 1..1000, a kind or tag that could not exist, ...).
+    TaskPage list(const TaskFilter& filter) { return sql::list_tasks(connection(), filter); }
+
+    /// The plan PostgreSQL runs for list(filter), with its timings (EXPLAIN ANALYZE, BUFFERS):
+    /// for operators checking a listing's cost on their own data.
+    std::string explain_list(const TaskFilter& filter) {
+        return sql::explain_list(connection(), filter);
+    }
+
+    /// Everything known of task `id`: where it is, its attempts and errors, times, node, tags,
+    /// key, and its payload's size and first `preview_bytes` bytes. nullopt for an unknown ID (or
+    /// one whose history was pruned).
+    std::optional<TaskDetails> task_details(std::int64_t id, std::size_t preview_bytes = 256) {
+        return sql::task_details(connection(), id, preview_bytes);
+    }
 
   private:
     detail::Connection& connection() {

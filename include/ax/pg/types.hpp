@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -259,6 +260,107 @@ struct PauseInfo {
     PauseTarget target;
     /// Seconds since it was paused.
     double age_s = 0;
+};
+
+/// The TaskState named `s` for tools: to_string's names, plus "running" (claimed) and "dead"
+/// (dead_lettered); nullopt for any other text.
+[[nodiscard]] constexpr std::optional<TaskState> parse_task_state(std::string_view s) noexcept {
+    if (s == "running")
+        return TaskState::claimed;
+    if (s == "dead")
+        return TaskState::dead_lettered;
+    for (const TaskState t :
+         {TaskState::pending, TaskState::scheduled, TaskState::claimed, TaskState::succeeded,
+          TaskState::cancelled, TaskState::dead_lettered, TaskState::discarded})
+        if (to_string(t) == s)
+            return t;
+    return std::nullopt;
+}
+
+/// What the states are called in errors and usage lines.
+inline constexpr std::string_view task_state_names =
+    "pending, scheduled, claimed (or running), succeeded, cancelled, dead_lettered (or dead), "
+    "discarded";
+
+/// Largest page Client::list() returns.
+inline constexpr std::size_t max_list_limit = 1000;
+
+/// Which tasks Client::list() returns, and the page: every field left at its default matches
+/// everything. Tasks come in ID order (the enqueue order) with a keyset cursor: pass the page's
+/// TaskPage::next as `after` for the next page. A task is in one place at a time (live table,
+/// history or dead letters) and keeps its ID through all of them, so no page repeats a task of
+/// an earlier one and none is skipped, whatever finishes, fails or is enqueued between pages
+/// (new tasks have higher IDs: they come on later pages, or never with newest_first). The one
+/// exception is an enqueue transaction still open when a page is read: its IDs were drawn
+/// earlier and may land behind the cursor.
+struct TaskFilter {
+    /// States to list (empty: all seven). Claimed is also "running" for tools.
+    std::vector<TaskState> states{};
+    /// Only this kind (empty: any).
+    std::string kind{};
+    /// Only tasks that require this tag. The history keeps no tags: with a tag, finished tasks
+    /// (succeeded, cancelled, discarded) are never listed.
+    std::string tag{};
+    /// Only this lane.
+    std::optional<Priority> lane{};
+    /// Only tasks enqueued at or after / strictly before these times.
+    std::optional<std::chrono::system_clock::time_point> enqueued_after{}, enqueued_before{};
+    /// Only the task that holds this idempotency key now (ax.idem_keys; a key is forgotten a
+    /// history retention after its task ended).
+    std::string idempotency_key{};
+    /// The cursor: list tasks past this ID (0: from the start).
+    std::int64_t after = 0;
+    /// Newest first (descending IDs; `after` then means "below this ID").
+    bool newest_first = false;
+    /// Page size, 1..max_list_limit (default 100).
+    std::size_t limit = 100;
+};
+
+/// One task as a listing shows it.
+struct TaskInfo {
+    std::int64_t id = 0;
+    std::string kind;
+    TaskState state = TaskState::pending;
+    Priority priority = Priority::normal;
+    /// Attempts started so far.
+    int attempts = 0;
+    /// The node holding it (claimed) or that finished it; 0 when none.
+    std::int64_t node_id = 0;
+    /// Required tags (empty for finished tasks: the history keeps none).
+    std::vector<std::string> tags;
+    std::string idempotency_key;
+    std::chrono::system_clock::time_point enqueued_at{};
+    /// Live: when it is (or was) due; finished: when it ended; dead letter: when it failed.
+    std::chrono::system_clock::time_point at{};
+    /// Payload size in bytes; -1 for finished tasks (the history keeps no payload).
+    std::int64_t payload_bytes = -1;
+    /// Errors of its failed attempts so far (live tasks and dead letters).
+    int errors = 0;
+};
+
+/// One page of Client::list().
+struct TaskPage {
+    std::vector<TaskInfo> tasks;
+    /// The cursor for the next page (TaskFilter::after); 0 when this page was the last.
+    std::int64_t next = 0;
+};
+
+/// Everything known of one task (Client::task_details).
+struct TaskDetails {
+    TaskInfo info;
+    /// Attempts allowed and per-attempt timeout (0 ms: none); 0 / 0 for finished tasks.
+    int max_attempts = 0;
+    std::int64_t timeout_ms = 0;
+    /// A cancel was requested while a node held it.
+    bool cancel_requested = false;
+    /// The claimed batch (0 when not claimed).
+    std::int64_t batch_id = 0;
+    /// Every failed attempt's error, oldest first.
+    std::vector<std::string> errors;
+    /// Why it is a dead letter ("permanent error", "attempts exhausted"); empty otherwise.
+    std::string reason;
+    /// The payload's first bytes (escaped as PostgreSQL's encode(..., 'escape') writes them).
+    std::string payload_preview;
 };
 
 // --- end of pause and resume, listing
