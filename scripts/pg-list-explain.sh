@@ -6,9 +6,9 @@
 #   bash scripts/pg-server.sh -- bash scripts/pg-list-explain.sh [path/to/ax-pg]
 #
 # The rows are written by SQL (generate_series), not by nodes: 8 kinds and the three lanes
-# (hashed, independent of the rest), 10 %
-# scheduled, 1 % claimed, a fifth tagged gpu, one in a thousand keyed; the history 1 % cancelled
-# and 0.1 % discarded. Then VACUUM ANALYZE, as autovacuum would have by then.
+# (hashed, independent of the rest) plus a rare kind (one row in a thousand), 10 % scheduled,
+# 1 % claimed, a quarter tagged gpu (hashed), one in a thousand keyed; the history 1 %
+# cancelled and 0.1 % discarded. Then VACUUM ANALYZE, as autovacuum would have by then.
 set -euo pipefail
 tool="${1:-build/default/tools/ax-pg}"
 : "${AX_PG_CONNINFO:?run under scripts/pg-server.sh}"
@@ -19,18 +19,18 @@ db="$AX_PG_CONNINFO dbname=ax_explain"
 psql -q -v ON_ERROR_STOP=1 -d ax_explain <<'SQL'
 INSERT INTO ax.tasks (id, kind, priority, run_at, node_id, batch_id, attempts, tags, idem_key,
                       payload)
-SELECT g, 'kind' || (hashint4(g) & 7), ((hashint4(g + 1) & 255) % 3)::smallint,
+SELECT g, CASE WHEN g % 1000 = 7 THEN 'rare' ELSE 'kind' || (hashint4(g) & 7) END, ((hashint4(g + 1) & 255) % 3)::smallint,
        now() + CASE WHEN g % 10 = 0 THEN interval '1 hour' ELSE -interval '1 minute' END,
        CASE WHEN g % 100 = 1 THEN 1 END, CASE WHEN g % 100 = 1 THEN 1 END,
        CASE WHEN g % 100 = 1 THEN 1 ELSE 0 END,
-       CASE WHEN g % 5 = 0 THEN ARRAY['gpu'] ELSE '{}' END,
+       CASE WHEN hashint4(g + 2) & 7 < 2 THEN ARRAY['gpu'] ELSE '{}' END,
        CASE WHEN g % 1000 = 0 THEN 'key-' || g END, convert_to('payload ' || g, 'UTF8')
   FROM generate_series(1, 1000000) g;
 INSERT INTO ax.idem_keys (idem_key, task_id)
 SELECT idem_key, id FROM ax.tasks WHERE idem_key IS NOT NULL;
 INSERT INTO ax.history (id, kind, priority, state, attempts, node_id, enqueued_at, finished_at,
                         slot)
-SELECT 1000000 + g, 'kind' || (hashint4(g) & 7), ((hashint4(g + 1) & 255) % 3)::smallint,
+SELECT 1000000 + g, CASE WHEN g % 1000 = 7 THEN 'rare' ELSE 'kind' || (hashint4(g) & 7) END, ((hashint4(g + 1) & 255) % 3)::smallint,
        CASE WHEN g % 100 = 0 THEN 2 WHEN g % 1000 = 1 THEN 3 ELSE 1 END, 1, 1,
        now() - interval '10 minutes', now() - interval '5 minutes', 0
   FROM generate_series(1, 1000000) g;
@@ -52,6 +52,8 @@ explain --limit 100
 explain --limit 100 --newest-first
 explain --state pending --kind kind3 --limit 100 --after 500000
 explain --state pending,scheduled,claimed --kind kind3 --limit 100
+explain --state pending --kind rare --limit 100
+explain --state succeeded --kind rare --limit 100
 explain --state succeeded --kind kind5 --limit 100 --after 1500000
 explain --state cancelled --limit 100
 explain --state dead --kind kind2 --limit 100
@@ -59,3 +61,6 @@ explain --kind kind7 --limit 100
 explain --key key-5000
 explain --state claimed --limit 100
 explain --tag gpu --lane high --limit 100
+# The worst case: a filter no index serves that matches nothing (no claimed task is of kind
+# rare) walks the whole live table.
+explain --state claimed --kind rare --limit 100
