@@ -5,11 +5,19 @@
 //   ax-pg [--db CONNINFO] dead-letters list [LIMIT]
 //   ax-pg [--db CONNINFO] dead-letters replay ID...
 //   ax-pg [--db CONNINFO] dead-letters discard ID...
+//   ax-pg [--db CONNINFO] pause|resume kind KIND | lane high|normal|low
+//   ax-pg [--db CONNINFO] pause                          (lists what is paused)
+//   ax-pg [--db CONNINFO] tasks list [--state S[,S...]] [--kind K] [--tag T] [--lane L]
+//                                    [--key KEY] [--older-than SEC] [--newer-than SEC]
+//                                    [--limit N] [--after ID] [--newest-first] [--explain]
+//   ax-pg [--db CONNINFO] tasks show ID
 //
 // Without --db the connection string comes from $AX_PG_CONNINFO, else libpq's defaults (PGHOST,
 // PGPORT, PGDATABASE, ...). Exit status: 0 ok, 1 a database error, 2 bad usage or input.
 
 #include <ax/pg/client.hpp>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -23,6 +31,13 @@ int usage() {
                          "       ax-pg [--db CONNINFO] status\n"
                          "       ax-pg [--db CONNINFO] dead-letters list [LIMIT]\n"
                          "       ax-pg [--db CONNINFO] dead-letters replay|discard ID...\n"
+                         "       ax-pg [--db CONNINFO] pause|resume kind KIND | lane LANE\n"
+                         "       ax-pg [--db CONNINFO] pause   (lists what is paused)\n"
+                         "       ax-pg [--db CONNINFO] tasks list [--state S[,S...]] [--kind K] "
+                         "[--tag T] [--lane L] [--key KEY]\n"
+                         "             [--older-than SEC] [--newer-than SEC] [--limit N] "
+                         "[--after ID] [--newest-first] [--explain]\n"
+                         "       ax-pg [--db CONNINFO] tasks show ID\n"
                          "CONNINFO defaults to $AX_PG_CONNINFO, else libpq's PG* variables.\n");
     return 2;
 }
@@ -41,6 +56,164 @@ std::int64_t parse_id(const std::string& s) {
         throw std::invalid_argument("not a task ID: '" + s + "'");
     return v;
 }
+
+// --- pause and resume, listing (issue 28)
+
+void print_paused(const std::vector<ax::pg::PauseInfo>& paused) {
+    std::printf("paused: %s\n", paused.empty() ? "nothing" : "");
+    for (const auto& p : paused)
+        std::printf("  %s (%.0f s ago)\n", p.target.text().c_str(), p.age_s);
+}
+
+/// `pause|resume kind KIND | lane LANE`, and `pause` alone: what is paused.
+int pause_command(const std::string& conninfo, const std::vector<std::string>& args) {
+    const bool pause = args[0] == "pause";
+    if (pause && args.size() == 1) {
+        ax::pg::Client c(conninfo);
+        print_paused(c.pauses());
+        return 0;
+    }
+    if (args.size() != 3)
+        throw std::invalid_argument(args[0] + ": expected 'kind KIND' or 'lane high|normal|low'");
+    const ax::pg::PauseTarget t = ax::pg::PauseTarget::parse(args[1], args[2]);
+    ax::pg::Client c(conninfo);
+    const bool changed = pause ? c.pause(t) : c.resume(t);
+    std::printf("%s: %s\n", t.text().c_str(),
+                pause ? (changed ? "paused" : "already paused")
+                      : (changed ? "resumed" : "was not paused"));
+    return 0;
+}
+
+ax::Priority parse_lane(const std::string& v) {
+    for (const ax::Priority p : {ax::Priority::high, ax::Priority::normal, ax::Priority::low})
+        if (ax::to_string(p) == v)
+            return p;
+    throw std::invalid_argument("lane '" + v + "': must be high, normal or low");
+}
+
+double ago_s(std::chrono::system_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::system_clock::now() - t).count();
+}
+
+/// `tasks list ...`: one line per task, then the command line for the next page.
+int tasks_list(const std::string& conninfo, const std::vector<std::string>& args) {
+    ax::pg::TaskFilter f;
+    bool explain = false;
+    const auto now = std::chrono::system_clock::now();
+    for (std::size_t i = 2; i < args.size(); ++i) {
+        const std::string& o = args[i];
+        if (o == "--newest-first") {
+            f.newest_first = true;
+            continue;
+        }
+        if (o == "--explain") {
+            explain = true;
+            continue;
+        }
+        if (i + 1 >= args.size())
+            throw std::invalid_argument("tasks list: " + o + " needs a value (or is unknown)");
+        const std::string& v = args[++i];
+        if (o == "--state") {
+            std::size_t at = 0;
+            while (at <= v.size()) {
+                const std::size_t end = std::min(v.find(',', at), v.size());
+                const std::string one = v.substr(at, end - at);
+                const auto s = ax::pg::parse_task_state(one);
+                if (!s)
+                    throw std::invalid_argument("tasks list: state '" + one + "': must be one of " +
+                                                std::string(ax::pg::task_state_names));
+                f.states.push_back(*s);
+                at = end + 1;
+            }
+        } else if (o == "--kind") {
+            f.kind = v;
+        } else if (o == "--tag") {
+            f.tag = v;
+        } else if (o == "--lane") {
+            f.lane = parse_lane(v);
+        } else if (o == "--key") {
+            f.idempotency_key = v;
+        } else if (o == "--limit") {
+            f.limit = static_cast<std::size_t>(parse_id(v));
+        } else if (o == "--after") {
+            f.after = parse_id(v);
+        } else if (o == "--older-than" || o == "--newer-than") {
+            std::size_t used = 0;
+            const double s = std::stod(v, &used);
+            if (used != v.size() || s < 0)
+                throw std::invalid_argument("tasks list: " + o + " '" + v +
+                                            "': must be seconds >= 0");
+            const auto t = now - std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                                     std::chrono::duration<double>(s));
+            (o == "--older-than" ? f.enqueued_before : f.enqueued_after) = t;
+        } else {
+            throw std::invalid_argument("tasks list: unknown option " + o);
+        }
+    }
+    ax::pg::Client c(conninfo);
+    if (explain) {
+        std::fputs(c.explain_list(f).c_str(), stdout);
+        return 0;
+    }
+    const ax::pg::TaskPage page = c.list(f);
+    for (const auto& t : page.tasks)
+        std::printf("#%lld %-13s %-6s kind %s, %d attempt(s)%s%s, enqueued %.0f s ago\n",
+                    static_cast<long long>(t.id), std::string(to_string(t.state)).c_str(),
+                    std::string(ax::to_string(t.priority)).c_str(), t.kind.c_str(), t.attempts,
+                    t.node_id != 0 ? (", node #" + std::to_string(t.node_id)).c_str() : "",
+                    t.idempotency_key.empty() ? "" : (", key " + t.idempotency_key).c_str(),
+                    ago_s(t.enqueued_at));
+    std::printf("%zu task(s)", page.tasks.size());
+    if (page.next != 0)
+        std::printf("; next page: --after %lld\n", static_cast<long long>(page.next));
+    else
+        std::printf("; no more\n");
+    return 0;
+}
+
+/// `tasks show ID`: everything known of one task.
+int tasks_show(const std::string& conninfo, const std::string& arg) {
+    const std::int64_t id = parse_id(arg);
+    ax::pg::Client c(conninfo);
+    const auto d = c.task_details(id);
+    if (!d) {
+        std::printf("#%lld: unknown (never enqueued, or its history was pruned)\n",
+                    static_cast<long long>(id));
+        return 2;
+    }
+    const ax::pg::TaskInfo& t = d->info;
+    std::printf("task #%lld\n  state      %s%s\n  kind       %s\n  lane       %s\n",
+                static_cast<long long>(t.id), std::string(to_string(t.state)).c_str(),
+                d->cancel_requested ? " (cancel requested)" : "", t.kind.c_str(),
+                std::string(ax::to_string(t.priority)).c_str());
+    std::printf("  attempts   %d", t.attempts);
+    if (d->max_attempts > 0)
+        std::printf(" of %d", d->max_attempts);
+    std::printf("\n  timeout    %lld ms\n  node       #%lld\n  batch      #%lld\n",
+                static_cast<long long>(d->timeout_ms), static_cast<long long>(t.node_id),
+                static_cast<long long>(d->batch_id));
+    std::printf("  tags       [%s]\n  key        %s\n", join(t.tags).c_str(),
+                t.idempotency_key.c_str());
+    std::printf("  enqueued   %.1f s ago\n  %-10s %.1f s %s\n", ago_s(t.enqueued_at),
+                t.state == ax::pg::TaskState::dead_lettered ? "failed"
+                : t.payload_bytes < 0                       ? "finished"
+                                                            : "due",
+                std::abs(ago_s(t.at)), ago_s(t.at) >= 0 ? "ago" : "from now");
+    if (!d->reason.empty())
+        std::printf("  reason     %s\n", d->reason.c_str());
+    std::printf("  errors     %zu\n", d->errors.size());
+    for (const auto& e : d->errors)
+        std::printf("    %s\n", e.c_str());
+    if (t.payload_bytes < 0)
+        std::printf("  payload    (not kept after the task finished)\n");
+    else
+        std::printf("  payload    %lld bytes: %s%s\n", static_cast<long long>(t.payload_bytes),
+                    d->payload_preview.c_str(),
+                    static_cast<std::size_t>(t.payload_bytes) > 256 ? "..." : "");
+    return 0;
+}
+
+// --- end of pause and resume, listing
 
 void print_status(ax::pg::Client& c) {
     const ax::pg::Status s = c.status();
@@ -74,6 +247,7 @@ void print_status(ax::pg::Client& c) {
                 static_cast<long long>(s.reclaimed_batches),
                 static_cast<long long>(s.reclaimed_tasks),
                 static_cast<long long>(s.checksum_mismatches));
+    print_paused(s.paused);
 }
 
 } // namespace
@@ -102,6 +276,12 @@ int main(int argc, char** argv) {
             print_status(c);
             return 0;
         }
+        if (cmd == "pause" || cmd == "resume")
+            return pause_command(conninfo, args);
+        if (cmd == "tasks" && args.size() >= 2 && args[1] == "list")
+            return tasks_list(conninfo, args);
+        if (cmd == "tasks" && args.size() == 3 && args[1] == "show")
+            return tasks_show(conninfo, args[2]);
         if (cmd == "dead-letters" && args.size() >= 2) {
             ax::pg::Client c(conninfo);
             const std::string& sub = args[1];

@@ -142,6 +142,7 @@ TEST_CASE("a node's counters and the cluster status render with ax's conventions
     st.reclaimed_batches = 5;
     st.reclaimed_tasks = 50;
     st.checksum_mismatches = 1;
+    st.paused = {{pg::PauseTarget::kind("resize"), 7.5}};
     // Appended to a scheduler's exposition, with a scheduler label: one body, no collisions.
     std::string body = ax::to_prometheus(ax::MetricsSnapshot{}, {.prefix = "ax", .scheduler = "n"});
     pg::append_prometheus(body, s, {.prefix = "ax", .scheduler = "n"});
@@ -163,6 +164,9 @@ TEST_CASE("a node's counters and the cluster status render with ax's conventions
         v.at("ax_pg_cluster_unclaimable_tasks_by_reason{scheduler=\"n\",reason=\"we\\\"ird\\nkind "
              "[]\"}") == "1");
     CHECK(v.at("ax_pg_cluster_nodes{scheduler=\"n\"}") == "2");
+    CHECK(v.at("ax_pg_cluster_paused{scheduler=\"n\"}") == "1");
+    CHECK(v.at("ax_pg_cluster_paused_seconds{scheduler=\"n\",scope=\"kind\",name=\"resize\"}") ==
+          "7.5");
     CHECK(v.at("ax_pg_cluster_node_lease_left_seconds{scheduler=\"n\",node=\"42\"}") == "12.5");
     CHECK(v.at("ax_pg_cluster_node_lease_left_seconds{scheduler=\"n\",node=\"43\"}") == "-0.5");
     CHECK(v.at("ax_pg_cluster_node_tasks{scheduler=\"n\",node=\"42\"}") == "9");
@@ -224,18 +228,22 @@ TEST_CASE("a node's counters and the cluster status as JSON text", "[render]") {
     st.reclaimed_batches = 5;
     st.reclaimed_tasks = 50;
     st.checksum_mismatches = 1;
+    st.paused = {{pg::PauseTarget::lane(ax::Priority::low), 3.5},
+                 {pg::PauseTarget::kind("resize"), 2}};
     CHECK(pg::to_json_text(st) ==
           "{\"pending\":6,\"scheduled\":4,\"claimed\":9,\"dead_letters\":2,"
           "\"oldest_pending_age_s\":1.25,\"unclaimable_tasks\":4,"
           "\"unclaimable\":{\"resize [gpu]\":3,\"we\\\"ird\\\\\\u000akind []\":1},"
           "\"nodes\":{\"42\":{\"lease_left_s\":12.5,\"batches\":2,\"tasks\":9}},"
           "\"reclaimed_batches_total\":5,\"reclaimed_tasks_total\":50,"
-          "\"checksum_mismatches_total\":1}");
+          "\"checksum_mismatches_total\":1,"
+          "\"paused\":{\"lane low\":3.5,\"kind resize\":2}}");
     // Empty lists are empty objects; a non-finite age is null.
     pg::Status empty;
     empty.oldest_pending_age_s = std::numeric_limits<double>::infinity();
     const std::string e = pg::to_json_text(empty);
     CHECK(e.find("\"unclaimable\":{},\"nodes\":{}") != std::string::npos);
+    CHECK(e.find("\"paused\":{}}") != std::string::npos);
     CHECK(e.find("\"oldest_pending_age_s\":null") != std::string::npos);
 }
 

@@ -88,6 +88,7 @@ class FakeLink final : public d::Link {
         queue(Step::claim);
         claims.push_back(a.quota);
     }
+    void pauses() override { queue(Step::pauses); }
     void commit() override { queue(Step::commit); }
     void maintain(std::int64_t, std::int64_t) override {
         queue(Step::maintain);
@@ -492,4 +493,26 @@ TEST_CASE("round trips: renewal and maintenance ride in their own transactions",
     REQUIRE_FALSE(g.send_acks(0, /*others_busy=*/true));
     g.finish(g.posted[1]); // two results: a full set
     REQUIRE(g.send_acks(0, /*others_busy=*/true));
+}
+
+TEST_CASE("paused lanes are asked for nothing and taken for empty; their state is kept",
+          "[pg_units]") {
+    d::LaneBook book;
+    const std::array<std::uint32_t, 3> w{3, 2, 1}, cap{1000, 1000, 1000};
+    book.set_paused({false, false, true});
+    auto q = book.plan(60, 100, w, cap);
+    CHECK(q[2] == 0);
+    CHECK(q[0] + q[1] == 60); // the paused lane's share goes to the others
+    CHECK(book.empty(2));
+    // Every other lane known empty: the paused one does not keep the node claiming.
+    book.learn({1, 1, 0}, {0, 0, 0}, {false, false, false});
+    CHECK(book.all_empty());
+    q = book.plan(60, 100, w, cap);
+    CHECK(q[2] == 0);
+    book.set_paused({true, true, true});
+    q = book.plan(60, 100, w, cap);
+    CHECK(q[0] + q[1] + q[2] == 0);
+    // Resumed: what was known of it (not empty) comes back.
+    book.set_paused({false, false, false});
+    CHECK_FALSE(book.empty(2));
 }

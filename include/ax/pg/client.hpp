@@ -8,6 +8,8 @@
 #include "schema.hpp"
 #include "sql/client.hpp"
 #include "sql/enqueue.hpp"
+#include "sql/pause.hpp"
+#include "sql/tasks.hpp"
 #include "types.hpp"
 
 #include <chrono>
@@ -132,11 +134,50 @@ class Client {
         s.reclaimed_batches = k.reclaimed_batches;
         s.reclaimed_tasks = k.reclaimed_tasks;
         s.checksum_mismatches = k.checksum_mismatches;
+        s.paused = pauses();
         return s;
     }
 
     /// The options in force.
     [[nodiscard]] const ClientOptions& options() const noexcept { return options_; }
+
+    // --- pause and resume, listing (issue 28)
+
+    /// Pauses a kind or a lane cluster-wide (stored in ax.pauses, so it outlives every node and
+    /// client): every live node is notified (NOTIFY ax_pause) and stops claiming it within about
+    /// one of its round trips; nodes that start or reconnect later read it at once. Tasks
+    /// already claimed finish (those queued on a node still run; a claim in flight as the
+    /// notification arrives may still take some). Enqueues go on: the tasks wait, claimable
+    /// again at resume. Returns false if it was paused already. Bad targets throw
+    /// std::invalid_argument when built (PauseTarget).
+    bool pause(const PauseTarget& target) { return sql::set_paused(connection(), target, true); }
+
+    /// Resumes a paused kind or lane; every node claims it again at once. Returns false if it
+    /// was not paused.
+    bool resume(const PauseTarget& target) { return sql::set_paused(connection(), target, false); }
+
+    /// The pauses in force, by scope and name (also in status()).
+    std::vector<PauseInfo> pauses() { return sql::pauses(connection()); }
+
+    /// One page of the tasks matching `filter`, live, finished (the history, within its
+    /// retention) and dead letters alike, in ID order; TaskPage::next is the next page's
+    /// TaskFilter::after. One statement, each state's branch an index scan (docs/distributed.md
+    /// shows the plans on a million rows). Throws std::invalid_argument naming a bad field
+    /// (limit outside 1..1000, a kind or tag that could not exist, ...).
+    TaskPage list(const TaskFilter& filter) { return sql::list_tasks(connection(), filter); }
+
+    /// The plan PostgreSQL runs for list(filter), with its timings (EXPLAIN ANALYZE, BUFFERS):
+    /// for operators checking a listing's cost on their own data.
+    std::string explain_list(const TaskFilter& filter) {
+        return sql::explain_list(connection(), filter);
+    }
+
+    /// Everything known of task `id`: where it is, its attempts and errors, times, node, tags,
+    /// key, and its payload's size and first `preview_bytes` bytes. nullopt for an unknown ID (or
+    /// one whose history was pruned).
+    std::optional<TaskDetails> task_details(std::int64_t id, std::size_t preview_bytes = 256) {
+        return sql::task_details(connection(), id, preview_bytes);
+    }
 
   private:
     detail::Connection& connection() {

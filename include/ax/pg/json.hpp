@@ -130,8 +130,9 @@ class JsonObject {
 /// The cluster (Client::status()) as a JSON object: pending, scheduled, claimed (all
 /// priorities), dead_letters, oldest_pending_age_s, unclaimable_tasks (tasks no live node can
 /// take), unclaimable (an object: "kind [tags]" -> count), nodes (an object: node id -> its
-/// lease_left_s, batches and tasks), and the schema's reclaimed_batches_total,
-/// reclaimed_tasks_total and checksum_mismatches_total.
+/// lease_left_s, batches and tasks), the schema's reclaimed_batches_total,
+/// reclaimed_tasks_total and checksum_mismatches_total, and paused (an object: "kind K" or
+/// "lane L" -> seconds since it was paused; empty when nothing is).
 [[nodiscard]] inline std::string to_json_text(const Status& s) {
     std::string out;
     {
@@ -160,6 +161,11 @@ class JsonObject {
         o.number("reclaimed_batches_total", s.reclaimed_batches);
         o.number("reclaimed_tasks_total", s.reclaimed_tasks);
         o.number("checksum_mismatches_total", s.checksum_mismatches);
+        {
+            detail::JsonObject p(o.key("paused"));
+            for (const PauseInfo& x : s.paused)
+                p.number(x.target.text(), x.age_s);
+        }
     }
     return out;
 }

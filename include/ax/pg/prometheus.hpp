@@ -83,7 +83,8 @@ inline void append_prometheus(std::string& out, const NodeStats& s,
 /// Appends the cluster as the database sees it (Client::status()): live tasks by state and
 /// priority, dead letters and history, the oldest claimable task's age, tasks no live node can
 /// take (by reason and in all), each live node's lease time left and batches / tasks held, and
-/// the recovery counters since the schema was created.
+/// the recovery counters since the schema was created, and what is paused (a series per paused
+/// kind or lane: bounded by the operator's pauses).
 inline void append_prometheus(std::string& out, const Status& s,
                               const PrometheusOptions& options = {}) {
     std::string prefix(options.prefix);
@@ -146,6 +147,16 @@ inline void append_prometheus(std::string& out, const Status& s,
     w.single("cluster_checksum_mismatches_total", "counter",
              "Claimed tasks whose payload checksum did not match, since the schema was created.",
              s.checksum_mismatches);
+    w.single("cluster_paused", "gauge", "Kinds and lanes paused cluster-wide (Client::pause).",
+             s.paused.size());
+    if (!s.paused.empty()) {
+        w.begin("cluster_paused_seconds", "gauge",
+                "Seconds since a kind or lane was paused, by scope (kind, lane) and name.");
+        for (const PauseInfo& p : s.paused)
+            w.sample({{"scope", p.target.scope == PauseTarget::Scope::kind ? "kind" : "lane"},
+                      {"name", p.target.name}},
+                     p.age_s);
+    }
 }
 
 /// The node's exposition as a new string.

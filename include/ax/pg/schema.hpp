@@ -11,19 +11,21 @@
 // Everything lives in the schema `ax`:
 //   ax.schema_version  one row per applied migration
 //   ax.tasks           live tasks only (pending, scheduled, claimed); 3 indexes: the primary key,
-//                      a partial claim-order index over claimable rows, a partial unique index
-//                      over idempotency keys
+//                      a partial claim-order index over claimable rows, a partial (kind, id)
+//                      index over unclaimed rows for listings (v6; v4 dropped the key index)
 //   ax.batches         one row per claimed batch: its node, size, checksum and lease
 //   ax.nodes           live nodes: kinds, tags, lease (renewed in place, a HOT update)
 //   ax.history         finished tasks (succeeded, cancelled, discarded), pruned in batches
 //   ax.dead_letters    failed for good, until replayed or discarded
 //   ax.counters        recovery counters (reclaimed batches/tasks, checksum mismatches)
+//   ax.pauses          paused kinds and lanes (Client::pause; nodes LISTEN ax_pause)
 
 #include "sql/migrations/v1.hpp"
 #include "sql/migrations/v2.hpp"
 #include "sql/migrations/v3.hpp"
 #include "sql/migrations/v4.hpp"
 #include "sql/migrations/v5.hpp"
+#include "sql/migrations/v6.hpp"
 
 #include <array>
 #include <cstdint>
@@ -32,7 +34,7 @@ namespace ax::pg {
 
 /// The schema version this library writes and understands. A database at a newer version is
 /// refused with a clear error; an older one is brought up to date by migrate().
-inline constexpr int schema_version = 5;
+inline constexpr int schema_version = 6;
 
 /// Codes of ax.history.state.
 enum class HistoryState : std::int16_t { succeeded = 1, cancelled = 2, discarded = 3 };
@@ -50,7 +52,7 @@ inline constexpr std::int64_t maintain_lock_key = 7887330361530609268;
 /// Each is a file of its own under sql/migrations/.
 inline constexpr std::array<const char*, schema_version> migrations = {
     sql::migrations::v1, sql::migrations::v2, sql::migrations::v3, sql::migrations::v4,
-    sql::migrations::v5};
+    sql::migrations::v5, sql::migrations::v6};
 
 // ---------------------------------------------------------------- hot-path statements
 // Prepared once per connection; parameters and the claim's result are in binary format, so

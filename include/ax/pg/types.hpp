@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -209,6 +210,166 @@ struct NodeInfo {
     std::int64_t tasks = 0;
 };
 
+// --- pause and resume, listing (issue 28)
+
+/// What Client::pause() and Client::resume() act on, cluster-wide: every task of one kind, or
+/// one claim lane (high, normal, low). Build one with PauseTarget::kind(), ::lane() or ::parse().
+struct PauseTarget {
+    /// Which of the two a target names.
+    enum class Scope : std::uint8_t { kind, lane };
+    Scope scope = Scope::kind;
+    /// The kind, or the lane's name ("high", "normal", "low").
+    std::string name;
+
+    /// Every task of `k` (1..200 bytes; std::invalid_argument otherwise).
+    static PauseTarget kind(std::string_view k) {
+        if (!valid_kind(k))
+            throw std::invalid_argument("ax::pg::PauseTarget: kind '" +
+                                        std::string(k.substr(0, 40)) +
+                                        "': " + std::string(kind_rule));
+        return {Scope::kind, std::string(k)};
+    }
+    /// Every task of lane `p` (std::invalid_argument for a value outside the three lanes).
+    static PauseTarget lane(Priority p) {
+        if (static_cast<unsigned>(p) > 2)
+            throw std::invalid_argument("ax::pg::PauseTarget: lane " +
+                                        std::to_string(static_cast<unsigned>(p)) +
+                                        ": must be high, normal or low");
+        return {Scope::lane, std::string(to_string(p))};
+    }
+    /// "kind" + a kind, or "lane" + "high" | "normal" | "low" (for tools; std::invalid_argument
+    /// naming what is wrong otherwise).
+    static PauseTarget parse(std::string_view scope, std::string_view name) {
+        if (scope == "kind")
+            return kind(name);
+        if (scope == "lane") {
+            for (const Priority p : {Priority::high, Priority::normal, Priority::low})
+                if (to_string(p) == name)
+                    return lane(p);
+            throw std::invalid_argument("ax::pg::PauseTarget: lane '" +
+                                        std::string(name.substr(0, 40)) +
+                                        "': must be high, normal or low");
+        }
+        throw std::invalid_argument("ax::pg::PauseTarget: '" + std::string(scope.substr(0, 40)) +
+                                    "': must be kind or lane");
+    }
+    /// "kind resize", "lane low".
+    [[nodiscard]] std::string text() const {
+        return std::string(scope == Scope::kind ? "kind " : "lane ") + name;
+    }
+    friend bool operator==(const PauseTarget&, const PauseTarget&) = default;
+};
+
+/// One pause in force.
+struct PauseInfo {
+    PauseTarget target;
+    /// Seconds since it was paused.
+    double age_s = 0;
+};
+
+/// The TaskState named `s` for tools: to_string's names, plus "running" (claimed) and "dead"
+/// (dead_lettered); nullopt for any other text.
+[[nodiscard]] constexpr std::optional<TaskState> parse_task_state(std::string_view s) noexcept {
+    if (s == "running")
+        return TaskState::claimed;
+    if (s == "dead")
+        return TaskState::dead_lettered;
+    for (const TaskState t :
+         {TaskState::pending, TaskState::scheduled, TaskState::claimed, TaskState::succeeded,
+          TaskState::cancelled, TaskState::dead_lettered, TaskState::discarded})
+        if (to_string(t) == s)
+            return t;
+    return std::nullopt;
+}
+
+/// What the states are called in errors and usage lines.
+inline constexpr std::string_view task_state_names =
+    "pending, scheduled, claimed (or running), succeeded, cancelled, dead_lettered (or dead), "
+    "discarded";
+
+/// Largest page Client::list() returns.
+inline constexpr std::size_t max_list_limit = 1000;
+
+/// Which tasks Client::list() returns, and the page: every field left at its default matches
+/// everything. Tasks come in ID order (the enqueue order) with a keyset cursor: pass the page's
+/// TaskPage::next as `after` for the next page. A task is in one place at a time (live table,
+/// history or dead letters) and keeps its ID through all of them, so no page repeats a task of
+/// an earlier one and none is skipped, whatever finishes, fails or is enqueued between pages
+/// (new tasks have higher IDs: they come on later pages, or never with newest_first). The one
+/// exception is an enqueue transaction still open when a page is read: its IDs were drawn
+/// earlier and may land behind the cursor.
+struct TaskFilter {
+    /// States to list (empty: all seven). Claimed is also "running" for tools.
+    std::vector<TaskState> states{};
+    /// Only this kind (empty: any).
+    std::string kind{};
+    /// Only tasks that require this tag. The history keeps no tags: with a tag, finished tasks
+    /// (succeeded, cancelled, discarded) are never listed.
+    std::string tag{};
+    /// Only this lane.
+    std::optional<Priority> lane{};
+    /// Only tasks enqueued at or after / strictly before these times.
+    std::optional<std::chrono::system_clock::time_point> enqueued_after{}, enqueued_before{};
+    /// Only the task that holds this idempotency key now (ax.idem_keys; a key is forgotten a
+    /// history retention after its task ended).
+    std::string idempotency_key{};
+    /// The cursor: list tasks past this ID (0: from the start).
+    std::int64_t after = 0;
+    /// Newest first (descending IDs; `after` then means "below this ID").
+    bool newest_first = false;
+    /// Page size, 1..max_list_limit (default 100).
+    std::size_t limit = 100;
+};
+
+/// One task as a listing shows it.
+struct TaskInfo {
+    std::int64_t id = 0;
+    std::string kind;
+    TaskState state = TaskState::pending;
+    Priority priority = Priority::normal;
+    /// Attempts started so far.
+    int attempts = 0;
+    /// The node holding it (claimed) or that finished it; 0 when none.
+    std::int64_t node_id = 0;
+    /// Required tags (empty for finished tasks: the history keeps none).
+    std::vector<std::string> tags;
+    std::string idempotency_key;
+    std::chrono::system_clock::time_point enqueued_at{};
+    /// Live: when it is (or was) due; finished: when it ended; dead letter: when it failed.
+    std::chrono::system_clock::time_point at{};
+    /// Payload size in bytes; -1 for finished tasks (the history keeps no payload).
+    std::int64_t payload_bytes = -1;
+    /// Errors of its failed attempts so far (live tasks and dead letters).
+    int errors = 0;
+};
+
+/// One page of Client::list().
+struct TaskPage {
+    std::vector<TaskInfo> tasks;
+    /// The cursor for the next page (TaskFilter::after); 0 when this page was the last.
+    std::int64_t next = 0;
+};
+
+/// Everything known of one task (Client::task_details).
+struct TaskDetails {
+    TaskInfo info;
+    /// Attempts allowed and per-attempt timeout (0 ms: none); 0 / 0 for finished tasks.
+    int max_attempts = 0;
+    std::int64_t timeout_ms = 0;
+    /// A cancel was requested while a node held it.
+    bool cancel_requested = false;
+    /// The claimed batch (0 when not claimed).
+    std::int64_t batch_id = 0;
+    /// Every failed attempt's error, oldest first.
+    std::vector<std::string> errors;
+    /// Why it is a dead letter ("permanent error", "attempts exhausted"); empty otherwise.
+    std::string reason;
+    /// The payload's first bytes (escaped as PostgreSQL's encode(..., 'escape') writes them).
+    std::string payload_preview;
+};
+
+// --- end of pause and resume, listing
+
 /// Everything `ax-pg status` prints.
 struct Status {
     Counts counts;
@@ -223,6 +384,8 @@ struct Status {
     std::int64_t reclaimed_batches = 0;
     std::int64_t reclaimed_tasks = 0;
     std::int64_t checksum_mismatches = 0;
+    /// Kinds and lanes paused cluster-wide (Client::pause), by scope and name.
+    std::vector<PauseInfo> paused;
 };
 
 /// The TaskState named `s` (to_string's inverse); discarded for any other text.

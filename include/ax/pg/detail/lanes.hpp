@@ -116,8 +116,13 @@ class LaneBook {
     /// Every lane may hold work again: NOTIFY ax_wake, the poll, a (re)connect.
     void wake() noexcept { empty_ = {false, false, false}; }
 
-    [[nodiscard]] bool all_empty() const noexcept { return empty_[0] && empty_[1] && empty_[2]; }
-    [[nodiscard]] bool empty(std::size_t p) const noexcept { return empty_[p]; }
+    /// Lanes paused cluster-wide (Client::pause): asked for nothing, and taken for empty by
+    /// everything that decides whether a claim is worth it, so an idle node with only paused
+    /// work stays idle. What was known of them before is kept for when they resume.
+    void set_paused(const std::array<bool, 3>& paused) noexcept { paused_ = paused; }
+
+    [[nodiscard]] bool all_empty() const noexcept { return empty(0) && empty(1) && empty(2); }
+    [[nodiscard]] bool empty(std::size_t p) const noexcept { return empty_[p] || paused_[p]; }
     [[nodiscard]] bool overdue(std::size_t p) const noexcept { return overdue_[p]; }
 
     /// Quotas for one claim: about `batch` tasks (the batch-size PID's output) from lanes with
@@ -133,14 +138,15 @@ class LaneBook {
         if (room == 0 || batch == 0)
             return q;
         std::uint32_t probes = 0;
+        const std::array<bool, 3> skip{empty(0), empty(1), empty(2)};
         if (!all_empty())
             for (std::size_t p = 0; p < 3; ++p)
-                probes += empty_[p] && cap[p] > 0 ? 1 : 0;
+                probes += empty_[p] && !paused_[p] && cap[p] > 0 ? 1 : 0;
         const std::uint32_t busy_room = room > probes ? room - probes : 1;
-        q = splitter_.split(std::min(batch, busy_room), weights, empty_, overdue_);
+        q = splitter_.split(std::min(batch, busy_room), weights, skip, overdue_);
         std::uint32_t total = 0;
         for (std::size_t p = 0; p < 3; ++p) {
-            q[p] = std::min(q[p], cap[p]);
+            q[p] = paused_[p] ? 0 : std::min(q[p], cap[p]);
             total += q[p];
         }
         // Cut what does not fit, in three passes: lanes with work that are not overdue, then
@@ -180,6 +186,7 @@ class LaneBook {
     LaneSplitter splitter_;
     std::array<bool, 3> empty_{false, false, false};
     std::array<bool, 3> overdue_{false, false, false};
+    std::array<bool, 3> paused_{false, false, false};
 };
 
 /// Token bucket of one lane (seed 003 §2.2). rate 0: unlimited.

@@ -74,6 +74,7 @@ class Driver {
         hooks.event = [this](const std::string& s) { event(s); };
         hooks.post = workers_.post;
         hooks.maintained = [this](const sql::MaintainReport& m) { on_maintain(m); };
+        hooks.paused = [this](const sql::PausedSet* s) { on_paused(s); };
         trips_.init(opt.connections, rs, kinds, opt.tags, std::move(hooks));
         links_.resize(opt.connections);
     }
@@ -164,7 +165,9 @@ class Driver {
         // Send on the next free link, round robin (so the links take turns and each one's
         // backend works while the node reads the other's results).
         const std::size_t n = flights.size();
-        const std::size_t li = flights.next_free();
+        // A pause notification's re-read goes on the primary link (where notifications and the
+        // renewal's re-read are too, so the reads apply in the order they ran).
+        const std::size_t li = pause_wanted_ && !flights[0].busy ? 0 : flights.next_free();
         bool sent = false;
         if (li < n)
             sent = send(li, now, stopping, flights.busy() > 0);
@@ -209,16 +212,68 @@ class Driver {
         FlightPlan plan;
         plan.renew = li == 0 && schedule_.renew_due(now);
         plan.maintain = li == 0 && !stopping && schedule_.maintain_due(now);
-        plan.claim = !stopping && planner_.plan(now, slots_.depth(),
-                                                slots_.free_count() + ledger_.pending_slots(),
-                                                trips_.flights().promised(), plan.quota);
+        // The paused set is read with every renewal (a notification lost with a connection is
+        // made up for within lease / 3) and after each pause notification; claims wait for the
+        // notification's read, so none is sent with a set known to be stale.
+        plan.pauses = li == 0 && (pause_wanted_ || (plan.renew && !pause_in_flight_));
+        plan.claim =
+            !stopping && claims_allowed() &&
+            planner_.plan(now, slots_.depth(), slots_.free_count() + ledger_.pending_slots(),
+                          trips_.flights().promised(), plan.quota);
         if (!trips_.send(li, links_[li], plan, others_busy))
             return false;
         if (plan.renew)
             schedule_.renew_sent(now);
         if (plan.maintain)
             schedule_.maintain_sent(now);
+        if (plan.pauses) {
+            pause_in_flight_ = true;
+            pause_wanted_ = false;
+        }
         return true;
+    }
+
+    // ------------------------------------------------------------------ pause and resume
+    /// No pause notification waits for its read, and some kind and lane of this node is not
+    /// paused.
+    [[nodiscard]] bool claims_allowed() const noexcept {
+        return !pause_wanted_ && !pause_in_flight_ && trips_.claimable_kinds() > 0 &&
+               !(paused_.lanes[0] && paused_.lanes[1] && paused_.lanes[2]);
+    }
+
+    /// A read of ax.pauses came back (nullptr: it failed; read again next round trip).
+    void on_paused(const sql::PausedSet* s) {
+        pause_in_flight_ = false;
+        if (s == nullptr) {
+            pause_wanted_ = true;
+            return;
+        }
+        apply_paused(*s);
+    }
+
+    /// Applies a paused set: the claim's kinds and the planner's lanes change only when the set
+    /// did; a resume wakes the lanes (their tasks were left alone while paused).
+    void apply_paused(sql::PausedSet s) {
+        std::sort(s.kinds.begin(), s.kinds.end());
+        if (s == paused_)
+            return;
+        std::vector<bool> kinds(kinds_.size());
+        std::string mine;
+        for (std::size_t k = 0; k < kinds_.size(); ++k) {
+            kinds[k] = std::binary_search(s.kinds.begin(), s.kinds.end(), kinds_[k]);
+            if (kinds[k])
+                mine += (mine.empty() ? "" : ",") + kinds_[k];
+        }
+        trips_.set_paused_kinds(kinds);
+        planner_.set_paused_lanes(s.lanes);
+        planner_.wake_lanes();
+        std::string lanes;
+        for (std::size_t p = 0; p < 3; ++p)
+            if (s.lanes[p])
+                lanes +=
+                    (lanes.empty() ? "" : ",") + std::string(to_string(static_cast<Priority>(p)));
+        event("paused: kinds [" + mine + "] lanes [" + lanes + "]");
+        paused_ = std::move(s);
     }
 
     void drain() {
@@ -281,6 +336,9 @@ class Driver {
             links_[i] = PgLink::open(opt_.conninfo, false);
         register_node();
         sql::listen_wake(links_[0].pipeline().connection());
+        // After LISTEN ax_pause, so no change committed from here on goes unseen.
+        pause_wanted_ = pause_in_flight_ = false;
+        apply_paused(sql::listen_and_read_pauses(links_[0].pipeline().connection()));
         links_[0].pipeline().enter();
         planner_.wake_lanes();
         schedule_.connected(Clock::now());
@@ -321,6 +379,10 @@ class Driver {
         p.notifications([this](std::string_view channel, std::string_view extra) {
             if (channel == sql::wake_channel) {
                 planner_.wake_lanes();
+                return;
+            }
+            if (channel == sql::pause_channel) {
+                pause_wanted_ = true;
                 return;
             }
             std::int64_t id = 0;
@@ -370,7 +432,7 @@ class Driver {
     /// The local queue ran low, a slot is free and some lane may hold work.
     [[nodiscard]] bool room_to_claim() const noexcept {
         return slots_.depth() <= planner_.settings().low_watermark && slots_.free_count() > 0 &&
-               planner_.lane_with_work();
+               claims_allowed() && planner_.lane_with_work();
     }
 
     void poll_until(Clock::time_point until) {
@@ -466,6 +528,9 @@ class Driver {
     Vacuum vacuum_;
     std::vector<std::uint32_t> done_local_; // scratch of collect_done
     bool handed_back_ = false;
+    sql::PausedSet paused_;        // as last read (kinds sorted)
+    bool pause_wanted_ = false;    // a pause notification came: read ax.pauses again
+    bool pause_in_flight_ = false; // a read of ax.pauses is in a round trip
     std::atomic<bool> done_{false};
 };
 

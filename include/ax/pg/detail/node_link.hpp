@@ -9,6 +9,7 @@
 // link belongs to the driver thread.
 
 #include "../sql/node_statements.hpp"
+#include "../sql/pause.hpp"
 
 #include <array>
 #include <cstdint>
@@ -27,6 +28,7 @@ enum class Step : std::uint8_t {
     begin,
     set_local,
     renew,
+    pauses,
     claim,
     commit,
     maintain,
@@ -74,6 +76,7 @@ struct Reply {
     bool registered = true;          // renew: the node is still registered
     std::int64_t mismatched = 0;     // close: tasks the checksum put back
     sql::MaintainReport maintenance; // maintain
+    sql::PausedSet paused;           // pauses
     std::unique_ptr<ClaimRows> rows; // claim
 };
 
@@ -90,6 +93,8 @@ class Link {
     virtual void begin() = 0;
     virtual void async_commit() = 0;
     virtual void renew(const std::string& node, BinaryArray& batches, std::int64_t lease_ms) = 0;
+    /// Reads the paused kinds and lanes (ax.pauses).
+    virtual void pauses() = 0;
     virtual void claim(const sql::ClaimArgs& a) = 0;
     virtual void commit() = 0;
     virtual void maintain(std::int64_t retention_ms, std::int64_t prune_batch) = 0;

@@ -68,6 +68,8 @@ class ClaimPlanner {
         return false;
     }
     [[nodiscard]] bool all_empty() const noexcept { return lanes_.all_empty(); }
+    /// Lanes paused cluster-wide: no claim asks them for anything (LaneBook::set_paused).
+    void set_paused_lanes(const std::array<bool, 3>& paused) noexcept { lanes_.set_paused(paused); }
     /// The longest a token bucket makes the node wait (0 when every lane has a token).
     [[nodiscard]] std::chrono::milliseconds bucket_wait(std::size_t p) const noexcept {
         return buckets_[p].wait();

@@ -24,6 +24,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace ax::pg::detail {
 
@@ -32,6 +33,9 @@ struct FlightPlan {
     bool renew = false;
     bool maintain = false;
     bool claim = false;
+    /// Read the paused kinds and lanes (ax.pauses) in the claim-and-renew transaction, before
+    /// its claim.
+    bool pauses = false;
     std::array<std::uint32_t, 3> quota{};
 };
 
@@ -48,6 +52,8 @@ class RoundTrips {
         std::function<bool(std::uint32_t idx, std::uint64_t gen, std::chrono::milliseconds)> post;
         /// ax.maintain's report.
         std::function<void(const sql::MaintainReport&)> maintained;
+        /// The paused set read (nullptr: the read failed, ask again).
+        std::function<void(const sql::PausedSet*)> paused;
     };
     /// The statements' fixed parameters.
     struct Settings {
@@ -71,7 +77,28 @@ class RoundTrips {
         tags_.clear();
         for (auto& t : tags)
             tags_.add_bytes(t);
+        all_kinds_ = kinds;
+        claimable_kinds_ = kinds.size();
     }
+
+    /// Kinds paused cluster-wide (paused[k] for the node's kind k) leave the claim's kinds
+    /// parameter: their place holds a NULL, which no row's kind equals, so the claim's answer
+    /// still indexes the node's kinds (array_position) and the statement is unchanged. Rebuilt
+    /// only when the paused set changes.
+    void set_paused_kinds(const std::vector<bool>& paused) {
+        kinds_.clear();
+        claimable_kinds_ = 0;
+        for (std::size_t k = 0; k < all_kinds_.size(); ++k) {
+            if (k < paused.size() && paused[k]) {
+                kinds_.add_null();
+            } else {
+                kinds_.add_bytes(all_kinds_[k]);
+                ++claimable_kinds_;
+            }
+        }
+    }
+    /// Kinds of this node not paused (0: no claim is worth sending).
+    [[nodiscard]] std::size_t claimable_kinds() const noexcept { return claimable_kinds_; }
     /// The node's database ID (after registering).
     void set_node(std::int64_t id) {
         node_id_ = id;
@@ -86,12 +113,12 @@ class RoundTrips {
     /// round trip already in flight (`others_busy`), sends only what pays for a second one: a
     /// claim, a full set of results, or a renewal or maintenance that is due.
     bool send(std::size_t li, Link& link, const FlightPlan& plan, bool others_busy) {
-        if (others_busy && !plan.claim && !plan.renew && !plan.maintain &&
+        if (others_busy && !plan.claim && !plan.renew && !plan.maintain && !plan.pauses &&
             ledger_.pending_results() < s_.ack_batch)
             return false;
         Flight& f = flights_[li];
         const bool acks = ledger_.ship(f.acks);
-        if (!acks && !plan.claim && !plan.renew && !plan.maintain)
+        if (!acks && !plan.claim && !plan.renew && !plan.maintain && !plan.pauses)
             return false;
         // Busy from here: if a send throws, drop() puts the shipment back.
         f.steps.clear();
@@ -100,7 +127,7 @@ class RoundTrips {
         flights_.took_off(li);
         if (acks)
             send_acks(link, f);
-        if (plan.renew || plan.claim)
+        if (plan.renew || plan.claim || plan.pauses)
             send_claim_and_renew(link, f, plan);
         if (plan.maintain) {
             link.maintain(s_.retention_ms, s_.prune_batch);
@@ -131,6 +158,8 @@ class RoundTrips {
             if (r.status != Reply::good) {
                 if (r.status == Reply::failed)
                     event("statement failed: " + r.error);
+                if (step == Step::pauses && hooks_.paused)
+                    hooks_.paused(nullptr);
                 if (is_ack_step(step))
                     ack_ok = false;
                 else if (step != Step::maintain)
@@ -221,6 +250,10 @@ class RoundTrips {
             link.renew(node_text_, renew_ids_, s_.lease_ms);
             f.steps.push_back(Step::renew);
         }
+        if (plan.pauses) {
+            link.pauses();
+            f.steps.push_back(Step::pauses);
+        }
         if (plan.claim) {
             link.claim({node_id_, kinds_, tags_, plan.quota, s_.lease_ms});
             f.steps.push_back(Step::claim);
@@ -256,6 +289,10 @@ class RoundTrips {
         case Step::maintain:
             if (hooks_.maintained)
                 hooks_.maintained(r.maintenance);
+            break;
+        case Step::pauses:
+            if (hooks_.paused)
+                hooks_.paused(&r.paused);
             break;
         default:
             break;
@@ -336,6 +373,8 @@ class RoundTrips {
     std::string node_text_ = "0";
     BinaryArray kinds_{BinaryArray::text_oid};
     BinaryArray tags_{BinaryArray::text_oid};
+    std::vector<std::string> all_kinds_;
+    std::size_t claimable_kinds_ = 0;
     BinaryArray renew_ids_{BinaryArray::int8_oid};
     bool need_register_ = false;
     bool last_sent_claim_ = false;

@@ -56,6 +56,7 @@ class PgLink final : public Link {
         if (primary)
             require_schema(l.p_.connection());
         sql::prepare_node_statements(l.p_);
+        sql::prepare_pause_statements(l.p_);
         if (!primary)
             l.p_.enter();
         return l;
@@ -76,6 +77,7 @@ class PgLink final : public Link {
     void renew(const std::string& node, BinaryArray& batches, std::int64_t lease_ms) override {
         sql::send_renew(p_, node, batches, lease_ms);
     }
+    void pauses() override { sql::send_pauses(p_); }
     void claim(const sql::ClaimArgs& a) override { sql::send_claim(p_, a); }
     void commit() override { sql::send_commit(p_); }
     void maintain(std::int64_t retention_ms, std::int64_t prune_batch) override {
@@ -106,6 +108,9 @@ class PgLink final : public Link {
             switch (step) {
             case Step::renew:
                 reply.registered = r.boolean(0, 0);
+                break;
+            case Step::pauses:
+                reply.paused = sql::read_paused(r);
                 break;
             case Step::claim:
                 reply.rows = std::make_unique<PgClaimRows>(std::move(r));
