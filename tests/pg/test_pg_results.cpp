@@ -139,12 +139,17 @@ TEST_CASE("results: round trip of empty, binary, limit-sized and too large resul
     CHECK(node.stats().succeeded == 5);
 }
 
-TEST_CASE("results: a result beyond 64 MiB of max_result_bytes is refused at construction",
+TEST_CASE("results: max_result_bytes over 64 MiB and max_snoozes over 1e6 are refused",
           "[results]") {
     pg::NodeOptions o;
     o.conninfo = "host=/nonexistent";
     o.max_result_bytes = (std::size_t{64} << 20) + 1;
     CHECK_THROWS_AS(pg::Node(o), std::invalid_argument);
+    o.max_result_bytes = std::size_t{64} << 20;
+    o.max_snoozes = 1000001;
+    CHECK_THROWS_AS(pg::Node(o), std::invalid_argument);
+    o.max_snoozes = 1000000;
+    CHECK_NOTHROW(pg::Node(o)); // both at their bounds: accepted (the node connects at start)
 }
 
 TEST_CASE("wait: returns as the task ends, woken by NOTIFY", "[wait]") {

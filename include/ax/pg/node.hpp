@@ -218,6 +218,8 @@ class Node {
         if (opt_.max_result_bytes > (std::size_t{64} << 20))
             bad("max_result_bytes", std::to_string(opt_.max_result_bytes),
                 "must be at most 64 MiB");
+        if (opt_.max_snoozes > 1000000)
+            bad("max_snoozes", std::to_string(opt_.max_snoozes), "must be at most 1000000");
         if (opt_.ack_batch == 0)
             bad("ack_batch", "0", "must be at least 1");
         if (opt_.connections == 0 || opt_.connections > 16)

@@ -220,10 +220,10 @@ struct NodeOptions {
     /// and the database history space; big outputs belong in object storage, with their key as
     /// the result.
     std::size_t max_result_bytes = std::size_t{1} << 20;
-    /// Times one task may snooze (Job::snooze; default 100, 0: never). A snooze beyond it makes
-    /// the task a dead letter (reason "snooze limit"), so a handler that snoozes forever cannot
-    /// keep a task alive without bound. Higher lets long polls (wait for an external state)
-    /// last longer; each snooze is one more claim and row update.
+    /// Times one task may snooze (Job::snooze; default 100, 0: never, at most 1 000 000). A snooze
+    /// beyond it makes the task a dead letter (reason "snooze limit"), so a handler that snoozes
+    /// forever cannot keep a task alive without bound. Higher lets long polls (wait for an external
+    /// state) last longer; each snooze is one more claim and row update.
     std::uint32_t max_snoozes = 100;
     /// Optional log of rare events (reconnects, reclaims, checksum mismatches); called on the
     /// driver thread.
