@@ -262,19 +262,33 @@ TEST_CASE("wait: dead letters and cancels end a wait with their last error", "[w
     node.stop();
 }
 
-TEST_CASE("wait: many waiters on one client in turn, none left registered", "[wait]") {
+TEST_CASE("wait: each of many waits racing its task's end is woken, none left registered",
+          "[wait]") {
     const std::string db = fresh_db("ax_results_wait_many");
     pg::Client c(db);
-    pg::Node node(node_options(db));
-    node.handle("echo", [](pg::Job& j) { j.set_result(j.payload()); });
-    std::vector<std::int64_t> ids;
-    for (int i = 0; i < 20; ++i)
-        ids.push_back(enqueue(c, "echo", "p" + std::to_string(i)));
+    pg::NodeOptions o = node_options(db);
+    o.poll_interval = 20ms;
+    pg::Node node(o);
+    node.handle("echo", [](pg::Job& j) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(j.id() % 7)); // endings spread
+        j.set_result(j.payload());
+    });
     node.start();
-    for (int i = 0; i < 20; ++i) {
-        const auto r = ended(c, ids[static_cast<std::size_t>(i)]);
-        CHECK(r.result == "p" + std::to_string(i));
+    // Enqueue, then wait at once: the registration races the claim and the acknowledgement, in
+    // every order. A lost wake-up would return only at the (long) timeout: each wait must come
+    // back far sooner, woken.
+    const auto t0 = Clock::now();
+    for (int i = 0; i < 100; ++i) {
+        const std::string p = "p" + std::to_string(i);
+        const auto id = enqueue(c, "echo", p);
+        const auto w0 = Clock::now();
+        const auto r = c.wait(id, 120s);
+        REQUIRE(Clock::now() - w0 < 20s);
+        REQUIRE(r.has_value());
+        REQUIRE(r->state == pg::TaskState::succeeded);
+        REQUIRE(r->result == p);
     }
+    CHECK(Clock::now() - t0 < 60s);
     auto s = pg::detail::Connection::open(db);
     CHECK(s.exec("SELECT count(*) FROM ax.waiters").int64(0, 0) == 0);
     node.stop();
