@@ -91,6 +91,7 @@ TEST_CASE("a node's counters and the cluster status render with ax's conventions
     s.failed = 7;
     s.cancelled = 2;
     s.released = 4;
+    s.snoozed = 3;
     s.reconnects = 1;
     s.reclaimed_batches = 5;
     s.reclaimed_tasks = 50;
@@ -111,6 +112,7 @@ TEST_CASE("a node's counters and the cluster status render with ax's conventions
     CHECK(v.at("ax_pg_node_tasks_finished_total{node=\"42\",outcome=\"succeeded\"}") == "190");
     CHECK(v.at("ax_pg_node_tasks_finished_total{node=\"42\",outcome=\"failed\"}") == "7");
     CHECK(v.at("ax_pg_node_tasks_finished_total{node=\"42\",outcome=\"cancelled\"}") == "2");
+    CHECK(v.at("ax_pg_node_tasks_finished_total{node=\"42\",outcome=\"snoozed\"}") == "3");
     CHECK(v.at("ax_pg_node_tasks_released_total{node=\"42\"}") == "4");
     CHECK(v.at("ax_pg_node_reconnects_total{node=\"42\"}") == "1");
     CHECK(v.at("ax_pg_node_reclaimed_batches_total{node=\"42\"}") == "5");

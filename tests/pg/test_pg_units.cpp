@@ -52,7 +52,7 @@ class FakeLink final : public d::Link {
   public:
     // What was sent, in order.
     std::vector<Step> sent;
-    std::vector<std::vector<std::int64_t>> acks, releases, fails;
+    std::vector<std::vector<std::int64_t>> acks, releases, fails, ack_results, snoozes;
     std::vector<std::int64_t> closes; // batch IDs
     std::vector<std::array<std::uint32_t, 3>> claims;
     int renews = 0, maintains = 0, flushes = 0;
@@ -65,6 +65,14 @@ class FakeLink final : public d::Link {
     void ack(const std::string&, d::BinaryArray& ids) override {
         queue(Step::ack);
         acks.push_back(int8s(ids));
+    }
+    void ack_result(const std::string&, d::BinaryArray& ids, d::BinaryArray&) override {
+        queue(Step::ack_result);
+        ack_results.push_back(int8s(ids));
+    }
+    void snooze(const ax::pg::sql::SnoozeArgs& a) override {
+        queue(Step::snooze);
+        snoozes.push_back(int8s(a.ids));
     }
     void fail(const ax::pg::sql::FailArgs& a) override {
         queue(Step::fail);
@@ -282,10 +290,10 @@ TEST_CASE("counters: the snapshot reports every counter in its own field", "[pg_
     d::Counters c;
     c.node_id.store(42);
     std::uint64_t v = 1;
-    for (auto* x :
-         {&c.claims, &c.batches, &c.empty_claims, &c.claimed[0], &c.claimed[1], &c.claimed[2],
-          &c.succeeded, &c.failed, &c.cancelled, &c.released, &c.reconnects, &c.reclaimed_batches,
-          &c.reclaimed_tasks, &c.mismatches, &c.vacuums, &c.lease_renewals, &c.round_trips})
+    for (auto* x : {&c.claims, &c.batches, &c.empty_claims, &c.claimed[0], &c.claimed[1],
+                    &c.claimed[2], &c.succeeded, &c.failed, &c.cancelled, &c.released,
+                    &c.reconnects, &c.reclaimed_batches, &c.reclaimed_tasks, &c.mismatches,
+                    &c.vacuums, &c.lease_renewals, &c.round_trips, &c.snoozed})
         d::Counters::bump(*x, v++);
     c.last_batch.store(99);
     const ax::pg::NodeStats s = c.snapshot(5);
@@ -305,6 +313,7 @@ TEST_CASE("counters: the snapshot reports every counter in its own field", "[pg_
     CHECK(s.vacuums == 15);
     CHECK(s.lease_renewals == 16);
     CHECK(s.round_trips == 17);
+    CHECK(s.snoozed == 18);
     CHECK(s.last_batch == 99);
     CHECK(s.depth == 5);
 }
@@ -374,6 +383,81 @@ TEST_CASE("round trips: a link lost mid-flight keeps every result for the next a
     REQUIRE(h.slots.free_count() == 16);
     REQUIRE(h.ledger.all_closed());
     REQUIRE_FALSE(h.ledger.pending());
+}
+
+TEST_CASE("round trips: results and snoozes ride in their own statements, only when used",
+          "[pg_units]") {
+    Harness h;
+    h.claim(0, tasks(100, 1, 4));
+    REQUIRE(h.posted.size() == 4);
+    // Plain successes: the plain acknowledgement alone.
+    h.finish(h.posted[0]);
+    REQUIRE(h.send_acks(0));
+    h.trips.read(0, h.links[0], false);
+    CHECK(h.links[0].sent_step(Step::ack));
+    CHECK_FALSE(h.links[0].sent_step(Step::ack_result));
+    CHECK_FALSE(h.links[0].sent_step(Step::snooze));
+    // One with a result, one snoozed, one plain: three statements of one transaction.
+    d::Slot& with_result = h.slots[h.posted[1]];
+    with_result.out.result = std::string("r\0s", 3);
+    with_result.out.has_result = true;
+    h.finish(h.posted[1]);
+    h.slots[h.posted[2]].out.snooze_ms = 250;
+    h.finish(h.posted[2], d::snoozed_outcome);
+    h.finish(h.posted[3]);
+    h.links[1].acks.clear();
+    REQUIRE(h.send_acks(1));
+    CHECK(h.links[1].acks == std::vector<std::vector<std::int64_t>>{{4}});
+    CHECK(h.links[1].ack_results == std::vector<std::vector<std::int64_t>>{{2}});
+    CHECK(h.links[1].snoozes == std::vector<std::vector<std::int64_t>>{{3}});
+    // A lost link puts them all back, a result and a snooze included.
+    h.links[1].lost = true;
+    REQUIRE_THROWS_AS(h.trips.read(1, h.links[1], false), ax::pg::ConnectionError);
+    h.trips.drop();
+    REQUIRE(h.ledger.pending_results() == 3);
+    h.links[1].reconnect();
+    h.links[1].acks.clear();
+    h.links[1].ack_results.clear();
+    h.links[1].snoozes.clear();
+    REQUIRE(h.send_acks(1));
+    CHECK(h.links[1].ack_results == std::vector<std::vector<std::int64_t>>{{2}});
+    CHECK(h.links[1].snoozes == std::vector<std::vector<std::int64_t>>{{3}});
+    h.trips.read(1, h.links[1], false);
+    // Confirmed: the slots are free, their results and snoozes forgotten.
+    REQUIRE(h.slots.free_count() == 16);
+    REQUIRE(h.ledger.all_closed());
+    for (std::uint32_t i = 0; i < 16; ++i) {
+        CHECK_FALSE(h.slots[i].out.has_result);
+        CHECK(h.slots[i].out.snooze_ms < 0);
+    }
+}
+
+TEST_CASE(
+    "round trips: large results go over several round trips and the batch closes with the last",
+    "[pg_units]") {
+    Harness h;
+    h.ledger.set_shipment_result_bytes(10);
+    h.claim(0, tasks(100, 1, 3));
+    for (std::uint32_t idx : h.posted) {
+        h.slots[idx].out.result = std::string(6, 'x');
+        h.slots[idx].out.has_result = true;
+        h.finish(idx);
+    }
+    REQUIRE(h.ledger.pending_slots() == 3);
+    // 6 + 6 > 10: one result per round trip, and the batch closes only with the last one.
+    for (int trip = 0; trip < 3; ++trip) {
+        FakeLink& l = h.links[0];
+        l.ack_results.clear();
+        l.closes.clear();
+        REQUIRE(h.send_acks(0));
+        REQUIRE(l.ack_results.size() == 1);
+        CHECK(l.ack_results[0].size() == 1);
+        CHECK(l.closes.size() == (trip == 2 ? 1u : 0u));
+        h.trips.read(0, l, false);
+    }
+    CHECK_FALSE(h.ledger.pending());
+    REQUIRE(h.slots.free_count() == 16);
+    REQUIRE(h.ledger.all_closed());
 }
 
 TEST_CASE("round trips: a claim read after stop hands its tasks back unstarted", "[pg_units]") {

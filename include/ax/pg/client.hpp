@@ -10,6 +10,7 @@
 #include "sql/enqueue.hpp"
 #include "sql/pause.hpp"
 #include "sql/tasks.hpp"
+#include "sql/results.hpp"
 #include "types.hpp"
 
 #include <chrono>
@@ -138,6 +139,57 @@ class Client {
         return s;
     }
 
+    // --- results: a task's outcome, and waiting for it
+
+    /// Task `id`'s outcome: its ending (succeeded with the handler's result if it set one,
+    /// cancelled, dead_lettered with its last error, discarded) or, for a live task, its state
+    /// and last error so far. nullopt for an unknown ID (or one whose history was pruned: see
+    /// NodeOptions::history_retention). One statement.
+    std::optional<TaskResult> result(std::int64_t id) { return sql::task_result(connection(), id); }
+
+    /// Waits until task `id` ends (succeeded, cancelled, dead-lettered, discarded) or `timeout`
+    /// passes, and returns what result() then says: check TaskResult::finished(), false when the
+    /// timeout came first. Returns at once for a task that already ended, and nullopt for an
+    /// unknown ID. Woken by PostgreSQL (LISTEN ax_done on this client's connection, NOTIFY sent
+    /// by the ending statement only for waited tasks), never by polling: one registration, one
+    /// check per wake-up and at the deadline. Meanwhile the connection is this call's (one
+    /// thread per Client, as for every call).
+    std::optional<TaskResult> wait(std::int64_t id, std::chrono::milliseconds timeout) {
+        const auto deadline = std::chrono::steady_clock::now() + timeout;
+        detail::Connection& c = connection();
+        if (listening_on_ != conn_generation_) {
+            sql::listen_done(c);
+            listening_on_ = conn_generation_;
+        }
+        sql::register_waiter(c, id);
+        struct Unregister {
+            detail::Connection& c;
+            std::int64_t id;
+            ~Unregister() {
+                try {
+                    if (c.ok())
+                        sql::unregister_waiter(c, id);
+                } catch (const std::exception&) {
+                    // A broken connection: its backend is gone, and the next wait's clean-up
+                    // removes the row.
+                }
+            }
+        } unregister{c, id};
+        const std::string want = std::to_string(id);
+        for (;;) {
+            std::optional<TaskResult> r = sql::task_result(c, id);
+            if (!r || r->finished())
+                return r;
+            const bool woken = c.await_notification(
+                [&](std::string_view channel, std::string_view payload) {
+                    return channel == sql::done_channel && payload == want;
+                },
+                deadline);
+            if (!woken)
+                return sql::task_result(c, id); // the deadline: one last look
+        }
+    }
+
     /// The options in force.
     [[nodiscard]] const ClientOptions& options() const noexcept { return options_; }
 
@@ -181,8 +233,10 @@ class Client {
 
   private:
     detail::Connection& connection() {
-        if (!conn_.ok())
+        if (!conn_.ok()) {
             conn_ = detail::Connection::open(conninfo_);
+            ++conn_generation_;
+        }
         return conn_;
     }
 
@@ -196,6 +250,10 @@ class Client {
     std::string conninfo_;
     ClientOptions options_;
     detail::Connection conn_;
+    /// Connections opened so far, and the one LISTEN ax_done was sent on (wait): a new connection
+    /// after a reconnect listens again.
+    std::uint64_t conn_generation_ = 1;
+    std::uint64_t listening_on_ = 0;
     /// The COPY path's row buffer, reused across calls (a producer enqueueing every few
     /// milliseconds does not rebuild it).
     std::string copy_buf_;

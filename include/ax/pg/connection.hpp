@@ -9,11 +9,13 @@
 #include "schema.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <libpq-fe.h>
 #include <memory>
+#include <poll.h>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -228,6 +230,34 @@ class Connection {
         for (Result more(PQgetResult(c_)); more.get() != nullptr; more = Result(PQgetResult(c_)))
             r = std::move(more);
         return check(std::move(r), sql);
+    }
+
+    /// Waits until a notification (LISTEN on this connection) for which `match(channel,
+    /// payload)` is true arrives, or until `deadline`: true when one did. Notifications that
+    /// arrived during earlier statements count too; those not matched are dropped. Blocks in
+    /// poll() on the socket, never polling the server. Throws ConnectionError when the
+    /// connection broke.
+    template <class Match>
+    bool await_notification(Match&& match, std::chrono::steady_clock::time_point deadline) {
+        for (;;) {
+            if (PQconsumeInput(c_) != 1)
+                throw ConnectionError("ax::pg: connection lost: " + error_message());
+            bool hit = false;
+            while (PGnotify* n = PQnotifies(c_)) {
+                hit = hit || match(std::string_view(n->relname), std::string_view(n->extra));
+                PQfreemem(n);
+            }
+            if (hit)
+                return true;
+            const auto left = std::chrono::ceil<std::chrono::milliseconds>(
+                deadline - std::chrono::steady_clock::now());
+            if (left.count() <= 0)
+                return false;
+            pollfd pfd{PQsocket(c_), POLLIN, 0};
+            const int timeout_ms = static_cast<int>(std::min<std::int64_t>(left.count(), 1 << 30));
+            if (::poll(&pfd, 1, timeout_ms) < 0 && errno != EINTR)
+                throw ConnectionError(std::string("ax::pg: poll failed: ") + std::strerror(errno));
+        }
     }
 
     /// Throws for a failed result; passes a good one through.

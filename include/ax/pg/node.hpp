@@ -162,10 +162,13 @@ class Node {
         if (s.cancel.load()) {
             s.outcome = detail::cancelled_outcome;
         } else {
-            Job job(s.id, kinds_[s.kind], s.payload, s.attempt, s.priority, ctx);
+            Job job(s.id, kinds_[s.kind], s.payload, s.attempt, s.priority, ctx, &s.out,
+                    opt_.max_result_bytes);
             try {
                 handlers_[s.kind](job);
-                s.outcome = s.cancel.load() ? detail::cancelled_outcome : detail::ok;
+                s.outcome = s.cancel.load()        ? detail::cancelled_outcome
+                            : s.out.snooze_ms >= 0 ? detail::snoozed_outcome
+                                                   : detail::ok;
             } catch (const PermanentError& e) {
                 s.outcome = detail::permanent;
                 s.error = std::string("ax::PermanentError: ") + e.what();
@@ -212,6 +215,11 @@ class Node {
             bad("tasks_per_worker", std::to_string(opt_.tasks_per_worker), "must be in 1..1024");
         if (opt_.max_batch == 0 || opt_.max_batch > 65536)
             bad("max_batch", std::to_string(opt_.max_batch), "must be in 1..65536");
+        if (opt_.max_result_bytes > (std::size_t{64} << 20))
+            bad("max_result_bytes", std::to_string(opt_.max_result_bytes),
+                "must be at most 64 MiB");
+        if (opt_.max_snoozes > 1000000)
+            bad("max_snoozes", std::to_string(opt_.max_snoozes), "must be at most 1000000");
         if (opt_.ack_batch == 0)
             bad("ack_batch", "0", "must be at least 1");
         if (opt_.connections == 0 || opt_.connections > 16)

@@ -6,6 +6,7 @@
 // (NodeOptions) and its counters (NodeStats). Include <ax/pg/node.hpp> to run a node.
 
 #include "../config.hpp"
+#include "../errors.hpp"
 #include "../task.hpp"
 #include "../task_context.hpp"
 
@@ -13,12 +14,41 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <stdexcept>
 #include <stop_token>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace ax::pg {
+
+/// What Job::set_result throws for a result larger than NodeOptions::max_result_bytes. A
+/// PermanentError: left uncaught, the attempt fails for good (the task becomes a dead letter whose
+/// last error says the result was too big); nothing is truncated. A handler may catch it and set a
+/// smaller result instead.
+class ResultTooLarge : public PermanentError {
+  public:
+    using PermanentError::PermanentError;
+};
+
+namespace detail {
+/// What a handler asked for besides returning: a result, a snooze. One per node slot, reset
+/// before each run; the node reads it after the handler returned.
+struct JobOutput {
+    std::string result;
+    bool has_result = false;
+    std::int64_t snooze_ms = -1; // < 0: no snooze asked
+    /// Drops what the last run left (a large result's memory too).
+    void reset() noexcept {
+        if (result.capacity() > 4096)
+            std::string().swap(result);
+        else
+            result.clear();
+        has_result = false;
+        snooze_ms = -1;
+    }
+};
+} // namespace detail
 
 /// What a handler receives: the task's identity and payload, plus the local TaskContext (stop
 /// token, heartbeat, subtasks). Valid during the handler call only.
@@ -42,22 +72,72 @@ class Job {
     [[nodiscard]] bool stop_requested() const noexcept { return ctx_->stop_requested(); }
     void heartbeat() noexcept { ctx_->heartbeat(); }
 
-    /// Built by the node only.
+    /// Sets the task's result: bytes (any, NULs included; empty is a result too) stored with the
+    /// task's history row when the handler returns normally, read by Client::result / wait.
+    /// Calling it again replaces the result. Throws ResultTooLarge (a PermanentError) beyond
+    /// NodeOptions::max_result_bytes, keeping any result set before. Ignored when the attempt
+    /// fails or snoozes.
+    void set_result(std::string bytes) {
+        check_result(bytes.size());
+        out_->result = std::move(bytes);
+        out_->has_result = true;
+    }
+    void set_result(std::string_view bytes) {
+        check_result(bytes.size());
+        out_->result.assign(bytes.data(), bytes.size());
+        out_->has_result = true;
+    }
+    void set_result(const char* bytes) { set_result(std::string_view(bytes)); }
+
+    /// Asks to run the task again after `delay` (0 .. 366 days) without spending an attempt:
+    /// when the handler then returns normally, the task goes back to the database, claimable
+    /// from now + delay on any node, its attempt given back (Job::attempt() is the same next
+    /// time). Bounded: a task snoozed NodeOptions::max_snoozes times already becomes a dead letter
+    /// (reason "snooze limit") instead. A handler that throws after snooze() fails as usual; a
+    /// result set with it is dropped. The last call wins. Throws std::invalid_argument for a
+    /// delay out of range.
+    void snooze(std::chrono::milliseconds delay) {
+        if (delay.count() < 0 || delay > std::chrono::hours(24 * 366))
+            throw std::invalid_argument("ax::pg::Job::snooze: delay " +
+                                        std::to_string(delay.count()) +
+                                        " ms: must be in 0..366 days");
+        out().snooze_ms = delay.count();
+    }
+
+    /// Built by the node only (`out`: where set_result and snooze write; `max_result_bytes`:
+    /// NodeOptions::max_result_bytes).
     Job(std::int64_t id, std::string_view kind, std::string_view payload, std::uint32_t attempt,
-        Priority priority, TaskContext& ctx) noexcept
+        Priority priority, TaskContext& ctx, detail::JobOutput* out = nullptr,
+        std::size_t max_result_bytes = 0) noexcept
         : id_(id), kind_(kind), payload_(payload), attempt_(attempt), priority_(priority),
-          ctx_(&ctx) {}
+          ctx_(&ctx), out_(out), max_result_bytes_(max_result_bytes) {}
 
   private:
+    detail::JobOutput& out() const {
+        if (out_ == nullptr)
+            throw std::logic_error("ax::pg::Job: this job takes no result or snooze");
+        return *out_;
+    }
+    void check_result(std::size_t n) const {
+        (void)out();
+        if (n > max_result_bytes_)
+            throw ResultTooLarge("ax::pg::Job::set_result: a result of " + std::to_string(n) +
+                                 " bytes exceeds NodeOptions::max_result_bytes (" +
+                                 std::to_string(max_result_bytes_) + ")");
+    }
+
     std::int64_t id_;
     std::string_view kind_;
     std::string_view payload_;
     std::uint32_t attempt_;
     Priority priority_;
     TaskContext* ctx_;
+    detail::JobOutput* out_;
+    std::size_t max_result_bytes_;
 };
 
-/// A handler: returns normally for success, throws to fail the attempt (retried in the
+/// A handler: returns normally for success (with a result when it called Job::set_result, or
+/// snoozed when it called Job::snooze), throws to fail the attempt (retried in the
 /// database after the core's jittered back-off, on any node), throws ax::PermanentError (or a
 /// type derived from it) to dead-letter the task at once.
 using Handler = std::function<void(Job&)>;
@@ -133,6 +213,18 @@ struct NodeOptions {
     /// How long stop() waits for running handlers (default 30 s) before leaving their tasks to
     /// the lease.
     std::chrono::milliseconds stop_grace{30000};
+    /// Largest result a handler may set (Job::set_result; default 1 MiB, at most 64 MiB). A
+    /// larger one is refused with ResultTooLarge, which fails the attempt for good unless the
+    /// handler catches it. Results travel with the acknowledgement and stay in the history for
+    /// history_retention: raising it costs the node memory per finished task until acknowledged
+    /// and the database history space; big outputs belong in object storage, with their key as
+    /// the result.
+    std::size_t max_result_bytes = std::size_t{1} << 20;
+    /// Times one task may snooze (Job::snooze; default 100, 0: never, at most 1 000 000). A snooze
+    /// beyond it makes the task a dead letter (reason "snooze limit"), so a handler that snoozes
+    /// forever cannot keep a task alive without bound. Higher lets long polls (wait for an external
+    /// state) last longer; each snooze is one more claim and row update.
+    std::uint32_t max_snoozes = 100;
     /// Optional log of rare events (reconnects, reclaims, checksum mismatches); called on the
     /// driver thread.
     std::function<void(std::string_view)> on_event;
@@ -156,6 +248,8 @@ struct NodeStats {
     std::uint64_t failed = 0;
     std::uint64_t cancelled = 0;
     std::uint64_t released = 0;
+    /// Attempts that ended in Job::snooze (their task went back without spending an attempt).
+    std::uint64_t snoozed = 0;
     std::uint64_t reconnects = 0;
     std::uint64_t reclaimed_batches = 0;
     std::uint64_t reclaimed_tasks = 0;

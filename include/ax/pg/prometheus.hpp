@@ -56,10 +56,12 @@ inline void append_prometheus(std::string& out, const NodeStats& s,
         w.sample({{"node", node}, {"priority", to_string(static_cast<Priority>(p))}}, s.claimed[p]);
     w.begin("node_tasks_finished_total", "counter",
             "Claimed tasks this node finished, by outcome (failed: an attempt failed; the "
-            "database schedules its retry or dead-letters it).");
+            "database schedules its retry or dead-letters it; snoozed: Job::snooze, run again "
+            "later without spending an attempt).");
     w.sample({{"node", node}, {"outcome", "succeeded"}}, s.succeeded);
     w.sample({{"node", node}, {"outcome", "failed"}}, s.failed);
     w.sample({{"node", node}, {"outcome", "cancelled"}}, s.cancelled);
+    w.sample({{"node", node}, {"outcome", "snoozed"}}, s.snoozed);
     one("node_tasks_released_total", "counter",
         "Claimed tasks this node handed back unrun (stopping, or no room).", s.released);
     one("node_reconnects_total", "counter", "Reconnects to the database after a lost connection.",

@@ -19,6 +19,7 @@
 //   ax.dead_letters    failed for good, until replayed or discarded
 //   ax.counters        recovery counters (reclaimed batches/tasks, checksum mismatches)
 //   ax.pauses          paused kinds and lanes (Client::pause; nodes LISTEN ax_pause)
+//   ax.waiters         one row per Client::wait in progress (its task and backend)
 
 #include "sql/migrations/v1.hpp"
 #include "sql/migrations/v2.hpp"
@@ -26,6 +27,7 @@
 #include "sql/migrations/v4.hpp"
 #include "sql/migrations/v5.hpp"
 #include "sql/migrations/v6.hpp"
+#include "sql/migrations/v7.hpp"
 
 #include <array>
 #include <cstdint>
@@ -34,7 +36,7 @@ namespace ax::pg {
 
 /// The schema version this library writes and understands. A database at a newer version is
 /// refused with a clear error; an older one is brought up to date by migrate().
-inline constexpr int schema_version = 6;
+inline constexpr int schema_version = 7;
 
 /// Codes of ax.history.state.
 enum class HistoryState : std::int16_t { succeeded = 1, cancelled = 2, discarded = 3 };
@@ -52,7 +54,7 @@ inline constexpr std::int64_t maintain_lock_key = 7887330361530609268;
 /// Each is a file of its own under sql/migrations/.
 inline constexpr std::array<const char*, schema_version> migrations = {
     sql::migrations::v1, sql::migrations::v2, sql::migrations::v3, sql::migrations::v4,
-    sql::migrations::v5, sql::migrations::v6};
+    sql::migrations::v5, sql::migrations::v6, sql::migrations::v7};
 
 // ---------------------------------------------------------------- hot-path statements
 // Prepared once per connection; parameters and the claim's result are in binary format, so
@@ -104,6 +106,25 @@ WITH d AS (DELETE FROM ax.tasks t WHERE t.id = ANY ($2::int8[]) AND t.node_id = 
 INSERT INTO ax.history (id, kind, priority, state, attempts, node_id, enqueued_at, idem_key, slot)
 SELECT id, kind, priority, CASE WHEN cancel_requested THEN 2 ELSE 1 END, attempts, $1,
        enqueued_at, idem_key, (SELECT cur FROM ax.rings WHERE name = 'history') FROM d)SQL";
+
+/// Acknowledge successes that set a result (Job::set_result): $1 node, $2 task IDs int8[], $3
+/// their results bytea[] (parallel). ack_sql's statement with the result carried into the history
+/// row; sent only when some finished task of the flush set a result, so tasks without one pay
+/// nothing for the feature.
+inline constexpr const char* ack_result_sql = R"SQL(
+WITH u AS (SELECT * FROM unnest($2::int8[], $3::bytea[]) AS u(id, result)),
+     d AS (DELETE FROM ax.tasks t USING u WHERE t.id = u.id AND t.node_id = $1
+           RETURNING t.id, t.kind, t.priority, t.attempts, t.enqueued_at, t.idem_key,
+                     t.cancel_requested, u.result),
+     k AS (UPDATE ax.idem_keys k SET finished_at = now()
+            WHERE k.idem_key IN (SELECT x.idem_key FROM ax.idem_keys x
+                                  WHERE x.idem_key IN (SELECT idem_key FROM d
+                                                        WHERE idem_key IS NOT NULL)
+                                  ORDER BY x.idem_key FOR UPDATE))
+INSERT INTO ax.history (id, kind, priority, state, attempts, node_id, enqueued_at, idem_key, slot,
+                        result)
+SELECT id, kind, priority, CASE WHEN cancel_requested THEN 2 ELSE 1 END, attempts, $1,
+       enqueued_at, idem_key, (SELECT cur FROM ax.rings WHERE name = 'history'), result FROM d)SQL";
 
 } // namespace detail
 } // namespace ax::pg

@@ -388,6 +388,31 @@ struct Status {
     std::vector<PauseInfo> paused;
 };
 
+// --- results (Client::result, Client::wait)
+
+/// A task's outcome as Client::result and Client::wait report it.
+struct TaskResult {
+    std::int64_t id = 0;
+    /// Where the task is: an ending (succeeded, cancelled, dead_lettered, discarded) or, when
+    /// Client::wait's timeout passed first, the live state it was still in.
+    TaskState state = TaskState::pending;
+    /// Attempts started (snoozes not counted).
+    int attempts = 0;
+    /// The bytes the handler set (Job::set_result), for a task that succeeded with one (or was
+    /// cancelled after setting it); nullopt when it set none or did not succeed.
+    std::optional<std::string> result;
+    /// The last error: a dead letter's last attempt's (what dead-lettered it), a live task's
+    /// last failed attempt's so far; "cancelled" or "discarded" for those endings (the history
+    /// keeps no errors); empty for a success or a task that never failed.
+    std::string error;
+    /// True for an ending: succeeded, cancelled, dead_lettered, discarded. A dead letter counts
+    /// as an ending although Client::replay_dead_letter can revive it.
+    [[nodiscard]] bool finished() const noexcept {
+        return state == TaskState::succeeded || state == TaskState::cancelled ||
+               state == TaskState::dead_lettered || state == TaskState::discarded;
+    }
+};
+
 /// The TaskState named `s` (to_string's inverse); discarded for any other text.
 [[nodiscard]] constexpr TaskState task_state_from_string(std::string_view s) noexcept {
     for (const TaskState t : {TaskState::pending, TaskState::scheduled, TaskState::claimed,

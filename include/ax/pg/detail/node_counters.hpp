@@ -18,7 +18,7 @@ struct Counters {
     std::atomic<std::int64_t> node_id{0};
     Count claims{0}, batches{0}, empty_claims{0};
     std::array<Count, 3> claimed{};
-    Count succeeded{0}, failed{0}, cancelled{0}, released{0};
+    Count succeeded{0}, failed{0}, cancelled{0}, released{0}, snoozed{0};
     Count reconnects{0}, reclaimed_batches{0}, reclaimed_tasks{0};
     Count mismatches{0}, vacuums{0}, lease_renewals{0}, round_trips{0};
     std::atomic<std::uint32_t> last_batch{0};
@@ -42,6 +42,7 @@ struct Counters {
         s.failed = failed.load(r);
         s.cancelled = cancelled.load(r);
         s.released = released.load(r);
+        s.snoozed = snoozed.load(r);
         s.reconnects = reconnects.load(r);
         s.reclaimed_batches = reclaimed_batches.load(r);
         s.reclaimed_tasks = reclaimed_tasks.load(r);

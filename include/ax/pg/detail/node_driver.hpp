@@ -70,6 +70,7 @@ class Driver {
         rs.retention_ms = opt.history_retention.count();
         rs.prune_batch = opt.prune_batch;
         rs.ack_batch = opt.ack_batch;
+        rs.max_snoozes = opt.max_snoozes;
         RoundTrips::Hooks hooks;
         hooks.event = [this](const std::string& s) { event(s); };
         hooks.post = workers_.post;
@@ -290,6 +291,9 @@ class Driver {
                 break;
             case cancelled_outcome:
                 Counters::bump(counters_.cancelled);
+                break;
+            case snoozed_outcome:
+                Counters::bump(counters_.snoozed);
                 break;
             case failed:
             case permanent:

@@ -12,6 +12,8 @@
 //   - a batch whose every result is accounted is closed only in a round trip that carries, or
 //     comes after the confirmation of, all its results: never while one of them is unconfirmed
 //     on another link;
+//   - results set by handlers (Job::set_result) take at most shipment_result_bytes per round
+//     trip: the rest are held back (deferred) for the next one, and their batches' closes wait;
 //   - a batch the database forgot (the node re-registered: stale) is not closed but freed once
 //     all its results are confirmed.
 // Driver thread only; it guards nothing.
@@ -31,6 +33,12 @@ namespace ax::pg::detail {
 /// Results in the binary arrays their statements take.
 struct Results {
     BinaryArray ack_ids{BinaryArray::int8_oid};
+    // Successes that set a result go by their own statement (ax_ack_result), so the plain
+    // acknowledgement carries nothing for the feature.
+    BinaryArray result_ids{BinaryArray::int8_oid};
+    BinaryArray results{BinaryArray::bytea_oid};
+    BinaryArray snooze_ids{BinaryArray::int8_oid};
+    BinaryArray snooze_delay{BinaryArray::int8_oid};
     BinaryArray fail_ids{BinaryArray::int8_oid};
     BinaryArray fail_errors{BinaryArray::text_oid};
     BinaryArray fail_perm{BinaryArray::bool_oid};
@@ -38,11 +46,16 @@ struct Results {
     BinaryArray release_ids{BinaryArray::int8_oid};
 
     [[nodiscard]] std::size_t count() const noexcept {
-        return ack_ids.size() + fail_ids.size() + release_ids.size();
+        return ack_ids.size() + result_ids.size() + snooze_ids.size() + fail_ids.size() +
+               release_ids.size();
     }
     /// Forgets them (the arrays keep their capacity).
     void clear() {
         ack_ids.clear();
+        result_ids.clear();
+        results.clear();
+        snooze_ids.clear();
+        snooze_delay.clear();
         fail_ids.clear();
         fail_errors.clear();
         fail_perm.clear();
@@ -51,6 +64,10 @@ struct Results {
     }
     void swap(Results& o) noexcept {
         std::swap(ack_ids, o.ack_ids);
+        std::swap(result_ids, o.result_ids);
+        std::swap(results, o.results);
+        std::swap(snooze_ids, o.snooze_ids);
+        std::swap(snooze_delay, o.snooze_delay);
         std::swap(fail_ids, o.fail_ids);
         std::swap(fail_errors, o.fail_errors);
         std::swap(fail_perm, o.fail_perm);
@@ -75,6 +92,7 @@ struct Batch {
     std::uint32_t accounted = 0; // tasks reported or handed back (queued for acknowledgement)
     std::uint32_t confirmed = 0; // of those, acknowledged by the database
     std::uint32_t in_flight = 0; // of those, in a round trip not yet read back
+    std::uint32_t deferred = 0;  // of those, results held for a later round trip (too big now)
     std::int64_t xor_ids = 0;
     bool in_use = false;
     bool stale = false; // the node re-registered: the database forgot this batch
@@ -111,13 +129,17 @@ class BatchLedger {
     Batch& operator[](std::uint32_t bi) noexcept { return batches_[bi]; }
     [[nodiscard]] std::size_t size() const noexcept { return batches_.size(); }
 
+    /// The most result bytes one round trip carries (default 256 MiB): PostgreSQL refuses a
+    /// parameter or message over 1 GB, so a flush of many large results (Job::set_result) goes
+    /// over several round trips; a single result (at most 64 MiB) always fits.
+    void set_shipment_result_bytes(std::size_t n) noexcept { shipment_result_bytes_ = n; }
+
     /// A slot ended (finished, or handed back unstarted): its result joins the pending ones
     /// and counts into its batch, which is queued for closing once fully accounted.
     void settle(std::uint32_t idx) {
-        add_result(idx);
+        enqueue(idx);
         Slot& s = slots_[idx];
         Batch& b = batches_[s.batch];
-        pending_.slots.push_back(idx);
         b.accounted += 1;
         b.xor_ids ^= s.id;
         if (b.accounted == b.size && !b.stale)
@@ -127,10 +149,12 @@ class BatchLedger {
     /// Results waiting for a round trip.
     [[nodiscard]] std::size_t pending_results() const noexcept { return pending_.results.count(); }
     /// Slots whose results wait for a round trip (freed once it is confirmed).
-    [[nodiscard]] std::size_t pending_slots() const noexcept { return pending_.slots.size(); }
+    [[nodiscard]] std::size_t pending_slots() const noexcept {
+        return pending_.slots.size() + deferred_.size();
+    }
     /// Anything (results, closes) waiting for a round trip.
     [[nodiscard]] bool pending() const noexcept {
-        return pending_.results.count() + pending_.closes.size() > 0;
+        return pending_.results.count() + pending_.closes.size() + deferred_.size() > 0;
     }
 
     /// Moves what is ready to go into `out`: every pending result, and the closes of batches
@@ -139,7 +163,8 @@ class BatchLedger {
         close_later_.clear();
         out.closes.clear();
         for (std::uint32_t bi : pending_.closes)
-            (batches_[bi].in_flight == 0 ? out.closes : close_later_).push_back(bi);
+            (batches_[bi].in_flight == 0 && batches_[bi].deferred == 0 ? out.closes : close_later_)
+                .push_back(bi);
         pending_.closes.swap(close_later_);
         if (pending_.results.count() == 0 && out.closes.empty())
             return false;
@@ -147,6 +172,16 @@ class BatchLedger {
         out.slots.swap(pending_.slots);
         for (std::uint32_t idx : out.slots)
             batches_[slots_[idx].batch].in_flight += 1;
+        pending_result_bytes_ = 0;
+        // Results held back for size go into the next shipment (their batches' closes wait).
+        if (!deferred_.empty()) {
+            deferred_scratch_.swap(deferred_);
+            for (std::uint32_t idx : deferred_scratch_) {
+                batches_[slots_[idx].batch].deferred -= 1;
+                enqueue(idx);
+            }
+            deferred_scratch_.clear();
+        }
         return true;
     }
 
@@ -176,8 +211,7 @@ class BatchLedger {
     void put_back(Shipment& s) {
         for (std::uint32_t idx : s.slots) {
             batches_[slots_[idx].batch].in_flight -= 1;
-            add_result(idx);
-            pending_.slots.push_back(idx);
+            enqueue(idx);
         }
         for (std::uint32_t bi : s.closes)
             pending_.closes.push_back(bi);
@@ -208,6 +242,23 @@ class BatchLedger {
     }
 
   private:
+    /// Queues slot `idx`'s result for the next shipment, or holds it back for a later one when
+    /// its result would take the shipment past shipment_result_bytes_.
+    void enqueue(std::uint32_t idx) {
+        const Slot& s = slots_[idx];
+        if (s.outcome == ok && s.out.has_result && s.phase() != handed_back) {
+            const std::size_t n = s.out.result.size();
+            if (pending_result_bytes_ > 0 && pending_result_bytes_ + n > shipment_result_bytes_) {
+                deferred_.push_back(idx);
+                batches_[s.batch].deferred += 1;
+                return;
+            }
+            pending_result_bytes_ += n;
+        }
+        add_result(idx);
+        pending_.slots.push_back(idx);
+    }
+
     void add_result(std::uint32_t idx) {
         Slot& s = slots_[idx];
         if (s.phase() == handed_back) {
@@ -217,8 +268,19 @@ class BatchLedger {
         Results& r = pending_.results;
         switch (s.outcome) {
         case ok:
+            if (s.out.has_result) {
+                r.result_ids.add_int64(s.id);
+                r.results.add_bytes(s.out.result);
+            } else {
+                r.ack_ids.add_int64(s.id);
+            }
+            break;
         case cancelled_outcome: // the database turns a cancel-requested task into cancelled
             r.ack_ids.add_int64(s.id);
+            break;
+        case snoozed_outcome:
+            r.snooze_ids.add_int64(s.id);
+            r.snooze_delay.add_int64(s.out.snooze_ms);
             break;
         case failed:
         case permanent: {
@@ -242,6 +304,10 @@ class BatchLedger {
     std::vector<std::uint32_t> free_batches_;
     Shipment pending_;
     std::vector<std::uint32_t> close_later_; // scratch of ship()
+    std::vector<std::uint32_t> deferred_;    // slots whose results wait for a later shipment
+    std::vector<std::uint32_t> deferred_scratch_;
+    std::size_t pending_result_bytes_ = 0; // result bytes in pending_
+    std::size_t shipment_result_bytes_ = std::size_t{256} << 20;
     std::chrono::nanoseconds retry_base_{std::chrono::seconds(1)};
     std::chrono::nanoseconds retry_jitter_{0};
     std::mt19937_64 rng_{std::random_device{}()};

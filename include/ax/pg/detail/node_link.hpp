@@ -22,6 +22,8 @@ namespace ax::pg::detail {
 /// One queued statement of a round trip, and so what its reply means.
 enum class Step : std::uint8_t {
     ack,
+    ack_result,
+    snooze,
     fail,
     release,
     close,
@@ -37,7 +39,8 @@ enum class Step : std::uint8_t {
 
 /// True for the steps of the acknowledgement transaction (their failure keeps the results).
 constexpr bool is_ack_step(Step s) noexcept {
-    return s == Step::ack || s == Step::fail || s == Step::release || s == Step::close;
+    return s == Step::ack || s == Step::ack_result || s == Step::snooze || s == Step::fail ||
+           s == Step::release || s == Step::close;
 }
 
 /// One claimed task, as the claim's row gave it.
@@ -87,6 +90,8 @@ class Link {
     [[nodiscard]] virtual bool ok() const noexcept = 0;
 
     virtual void ack(const std::string& node, BinaryArray& ids) = 0;
+    virtual void ack_result(const std::string& node, BinaryArray& ids, BinaryArray& results) = 0;
+    virtual void snooze(const sql::SnoozeArgs& a) = 0;
     virtual void fail(const sql::FailArgs& a) = 0;
     virtual void release(const std::string& node, BinaryArray& ids) = 0;
     virtual void close_batch(const sql::CloseArgs& a) = 0;

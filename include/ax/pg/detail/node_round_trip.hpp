@@ -60,7 +60,8 @@ class RoundTrips {
         std::int64_t lease_ms = 30000;
         std::int64_t retention_ms = 3600 * 1000;
         std::int64_t prune_batch = 10000;
-        std::size_t ack_batch = 1; // results that pay for a round trip beside one in flight
+        std::size_t ack_batch = 1;       // results that pay for a round trip beside one in flight
+        std::uint32_t max_snoozes = 100; // NodeOptions::max_snoozes
     };
 
     RoundTrips(SlotTable& slots, BatchLedger& ledger, ClaimPlanner& planner, Counters& counters)
@@ -222,6 +223,14 @@ class RoundTrips {
         if (r.ack_ids.size() > 0) {
             link.ack(node_text_, r.ack_ids);
             f.steps.push_back(Step::ack);
+        }
+        if (r.result_ids.size() > 0) {
+            link.ack_result(node_text_, r.result_ids, r.results);
+            f.steps.push_back(Step::ack_result);
+        }
+        if (r.snooze_ids.size() > 0) {
+            link.snooze({node_text_, r.snooze_ids, r.snooze_delay, s_.max_snoozes});
+            f.steps.push_back(Step::snooze);
         }
         if (r.fail_ids.size() > 0) {
             link.fail({node_text_, r.fail_ids, r.fail_errors, r.fail_perm, r.fail_delay});

@@ -14,6 +14,7 @@
 //   - depth_ counts the tasks queued or running locally.
 
 #include "../../task.hpp"
+#include "../node_options.hpp"
 
 #include <atomic>
 #include <cstddef>
@@ -27,7 +28,7 @@
 namespace ax::pg::detail {
 
 enum Phase : std::uint8_t { free_phase, queued, running_phase, done_phase, handed_back };
-enum Outcome : std::uint8_t { ok, failed, permanent, cancelled_outcome };
+enum Outcome : std::uint8_t { ok, failed, permanent, cancelled_outcome, snoozed_outcome };
 
 /// One claimed task.
 struct Slot {
@@ -41,6 +42,7 @@ struct Slot {
     Outcome outcome = ok;
     std::string_view payload;
     std::string error;
+    JobOutput out; // the handler's result and snooze request (outcome ok / snoozed_outcome)
     TaskId local{};
 
     [[nodiscard]] Phase phase() const noexcept { return static_cast<Phase>(word.load() & 0xff); }
@@ -106,6 +108,7 @@ class SlotTable {
         Slot& s = slots_[idx];
         s.word.store(word(s.generation() + 1, free_phase));
         s.cancel.store(false);
+        s.out.reset();
         free_.push_back(idx);
     }
     /// queued -> handed_back (stop, or a refused local post); false if a worker started it.

@@ -67,6 +67,10 @@ class PgLink final : public Link {
     [[nodiscard]] bool ok() const noexcept override { return p_.ok(); }
 
     void ack(const std::string& node, BinaryArray& ids) override { sql::send_ack(p_, node, ids); }
+    void ack_result(const std::string& node, BinaryArray& ids, BinaryArray& results) override {
+        sql::send_ack_result(p_, node, ids, results);
+    }
+    void snooze(const sql::SnoozeArgs& a) override { sql::send_snooze(p_, a); }
     void fail(const sql::FailArgs& a) override { sql::send_fail(p_, a); }
     void release(const std::string& node, BinaryArray& ids) override {
         sql::send_release(p_, node, ids);

@@ -30,11 +30,14 @@ inline constexpr const char* close_name = "ax_close";
 inline constexpr const char* renew_name = "ax_renew";
 inline constexpr const char* release_name = "ax_release";
 inline constexpr const char* maintain_name = "ax_maintain";
+inline constexpr const char* ack_result_name = "ax_ack_result";
+inline constexpr const char* snooze_name = "ax_snooze";
 
 inline constexpr const char* fail_sql = "SELECT ax.fail_tasks($1, $2, $3, $4, $5)";
 inline constexpr const char* close_sql = "SELECT ax.close_batch($1, $2, $3, $4)";
 inline constexpr const char* renew_sql = "SELECT ax.renew($1, $2, $3)";
 inline constexpr const char* release_sql = "SELECT ax.release($1, $2)";
+inline constexpr const char* snooze_sql = "SELECT ax.snooze_tasks($1, $2, $3, $4)";
 inline constexpr const char* maintain_sql =
     "SELECT got_lock, reclaimed_batches, reclaimed_nodes, requeued, dead, pruned, "
     "next_expiry_ms, dead_rows FROM ax.maintain($1, $2)";
@@ -69,6 +72,9 @@ inline void prepare_node_statements(detail::Pipeline& p) {
     p.prepare(renew_name, renew_sql, std::array{int8, int8_array, int8});
     p.prepare(release_name, release_sql, std::array{int8, int8_array});
     p.prepare(maintain_name, maintain_sql, std::array{int8, int4});
+    p.prepare(ack_result_name, detail::ack_result_sql,
+              std::array{int8, int8_array, oid::bytea_array});
+    p.prepare(snooze_name, snooze_sql, std::array{int8, int8_array, int8_array, int4});
 }
 
 // ---------------------------------------------------------------- pipelined (one per step)
@@ -76,6 +82,25 @@ inline void prepare_node_statements(detail::Pipeline& p) {
 /// ax.ack: the tasks `ids` of node `node` (its ID as text) succeeded (or were cancelled).
 inline void send_ack(detail::Pipeline& p, const std::string& node, detail::BinaryArray& ids) {
     p.send_prepared(ack_name, detail::Params<2>{}.text(node).array(ids));
+}
+
+/// ax_ack_result: the tasks `ids` succeeded with the results `results` (parallel, bytea).
+inline void send_ack_result(detail::Pipeline& p, const std::string& node, detail::BinaryArray& ids,
+                            detail::BinaryArray& results) {
+    p.send_prepared(ack_result_name, detail::Params<3>{}.text(node).array(ids).array(results));
+}
+
+/// ax.snooze_tasks: parallel arrays, one element per snoozed task, and the node's bound.
+struct SnoozeArgs {
+    const std::string& node;
+    detail::BinaryArray& ids;      // int8
+    detail::BinaryArray& delay_ms; // int8: not claimable before now() + this
+    std::uint32_t max_snoozes;     // beyond it the task becomes a dead letter
+};
+inline void send_snooze(detail::Pipeline& p, const SnoozeArgs& a) {
+    const std::string max = std::to_string(a.max_snoozes);
+    p.send_prepared(snooze_name,
+                    detail::Params<4>{}.text(a.node).array(a.ids).array(a.delay_ms).text(max));
 }
 
 /// ax.fail_tasks: parallel arrays, one element per failed task.
