@@ -234,3 +234,49 @@ TEST_CASE("cron: a zone given only by its POSIX footer (slim TZif)", "[cron]") {
     CHECK(syd.offset_at(utc("2027-01-15 00:00")) == 11 * 3600);
     CHECK(syd.offset_at(utc("2027-06-15 00:00")) == 10 * 3600);
 }
+
+TEST_CASE("cron: planning a due schedule's firing (on time, missed, capped)", "[cron]") {
+    const TimeZone z = TimeZone::utc();
+    const CronExpr minute = parse_cron("* * * * *");
+    // on time: the due tick runs, next is the following minute
+    auto p = ax::detail::plan_ticks(minute, z, utc("2026-12-06 10:00"), utc("2026-12-06 10:00:01"),
+                                    60, false, 100);
+    REQUIRE(p.ticks.size() == 1);
+    CHECK(show(p.ticks[0]) == "2026-12-06 10:00:00");
+    CHECK(show(*p.next) == "2026-12-06 10:01:00");
+    CHECK_FALSE(p.missed);
+    // late but within the grace: every tick runs (10:00, 10:01, 10:02)
+    p = ax::detail::plan_ticks(minute, z, utc("2026-12-06 10:00"), utc("2026-12-06 10:02:30"), 600,
+                               false, 100);
+    CHECK(p.ticks.size() == 3);
+    CHECK(show(*p.next) == "2026-12-06 10:03:00");
+    // all nodes down for 3 hours, grace 60 s: skip runs only the tick still on time (10:00 at
+    // 10:00:30); run_once the same (it stands for the missed ones)
+    for (const bool once : {false, true}) {
+        p = ax::detail::plan_ticks(minute, z, utc("2026-12-06 07:00"), utc("2026-12-06 10:00:30"),
+                                   60, once, 100);
+        CHECK(p.missed);
+        REQUIRE(p.ticks.size() == 1);
+        CHECK(show(p.ticks[0]) == "2026-12-06 10:00:00");
+        CHECK(show(*p.next) == "2026-12-06 10:01:00");
+    }
+    // a daily schedule down for 3 days: skip runs nothing; run_once one task, keyed by the first
+    // missed tick; both continue tomorrow
+    const CronExpr daily = parse_cron("@daily");
+    p = ax::detail::plan_ticks(daily, z, utc("2026-12-03 00:00"), utc("2026-12-06 10:00"), 60,
+                               false, 100);
+    CHECK(p.missed);
+    CHECK(p.ticks.empty());
+    CHECK(show(*p.next) == "2026-12-07 00:00:00");
+    p = ax::detail::plan_ticks(daily, z, utc("2026-12-03 00:00"), utc("2026-12-06 10:00"), 60, true,
+                               100);
+    REQUIRE(p.ticks.size() == 1);
+    CHECK(show(p.ticks[0]) == "2026-12-03 00:00:00");
+    CHECK(show(*p.next) == "2026-12-07 00:00:00");
+    // the cap: the rest of the on-time ticks come in the next firing
+    const CronExpr second = parse_cron("* * * * * *");
+    p = ax::detail::plan_ticks(second, z, utc("2026-12-06 10:00"), utc("2026-12-06 10:00:10"), 60,
+                               false, 4);
+    CHECK(p.ticks.size() == 4);
+    CHECK(show(*p.next) == "2026-12-06 10:00:04");
+}

@@ -655,3 +655,43 @@ class TimeZone {
 }
 
 } // namespace ax::detail
+
+namespace ax::detail {
+
+/// What one firing of a due schedule does (plan_ticks).
+struct TickPlan {
+    /// Ticks to enqueue now, one task each, ascending (UTC seconds).
+    std::vector<std::int64_t> ticks;
+    /// The schedule's next tick after this firing (nullopt: it never ticks again).
+    std::optional<std::int64_t> next;
+    /// Whether ticks were missed (older than the grace when fired).
+    bool missed = false;
+};
+
+/// Plans the firing of a schedule whose next tick `due` has come, at UTC second `now` (the
+/// database's clock, so every node judges alike). Ticks at most `grace_s` old are on time and
+/// each gets a task; older ones were missed (no node ran, or all were stuck): with `run_once`
+/// they collapse into one task keyed by the first missed tick, `due` — unless an on-time tick
+/// runs anyway, which then stands for them —, otherwise they are skipped. At most `max_ticks`
+/// on-time ticks per firing (the rest come in the next firing, still on time or missed then).
+/// Missed ticks are never enumerated: a schedule down for a year costs one next_tick call.
+[[nodiscard]] inline TickPlan plan_ticks(const CronExpr& e, const TimeZone& z, std::int64_t due,
+                                         std::int64_t now, std::int64_t grace_s, bool run_once,
+                                         std::size_t max_ticks) {
+    TickPlan p;
+    std::optional<std::int64_t> t = due;
+    if (now - due > grace_s) {
+        p.missed = true;
+        t = next_tick(e, z, now - grace_s - 1); // the first tick still on time (may be > now)
+    }
+    while (t && *t <= now && p.ticks.size() < max_ticks) {
+        p.ticks.push_back(*t);
+        t = next_tick(e, z, *t);
+    }
+    if (p.missed && run_once && p.ticks.empty())
+        p.ticks.push_back(due);
+    p.next = t;
+    return p;
+}
+
+} // namespace ax::detail

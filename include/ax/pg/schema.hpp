@@ -18,11 +18,13 @@
 //   ax.history         finished tasks (succeeded, cancelled, discarded), pruned in batches
 //   ax.dead_letters    failed for good, until replayed or discarded
 //   ax.counters        recovery counters (reclaimed batches/tasks, checksum mismatches)
+//   ax.schedules       recurring schedules: cron, zone, task template, the next tick
 
 #include "sql/migrations/v1.hpp"
 #include "sql/migrations/v2.hpp"
 #include "sql/migrations/v3.hpp"
 #include "sql/migrations/v4.hpp"
+#include "sql/migrations/v5.hpp"
 
 #include <array>
 #include <cstdint>
@@ -31,7 +33,7 @@ namespace ax::pg {
 
 /// The schema version this library writes and understands. A database at a newer version is
 /// refused with a clear error; an older one is brought up to date by migrate().
-inline constexpr int schema_version = 4;
+inline constexpr int schema_version = 5;
 
 /// Codes of ax.history.state.
 enum class HistoryState : std::int16_t { succeeded = 1, cancelled = 2, discarded = 3 };
@@ -48,7 +50,8 @@ inline constexpr std::int64_t maintain_lock_key = 7887330361530609268;
 /// Migration n (1-based) is migrations[n - 1]; each runs once, inside the migrate transaction.
 /// Each is a file of its own under sql/migrations/.
 inline constexpr std::array<const char*, schema_version> migrations = {
-    sql::migrations::v1, sql::migrations::v2, sql::migrations::v3, sql::migrations::v4};
+    sql::migrations::v1, sql::migrations::v2, sql::migrations::v3, sql::migrations::v4,
+    sql::migrations::v5};
 
 // ---------------------------------------------------------------- hot-path statements
 // Prepared once per connection; parameters and the claim's result are in binary format, so
