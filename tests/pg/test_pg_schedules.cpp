@@ -306,9 +306,19 @@ TEST_CASE("schedules: missed ticks after every node was down: skip vs run once",
     db.sql().exec("INSERT INTO ax.schedules (name, cron, time_zone, kind, payload, priority, tags, "
                   "max_attempts, timeout_ms, run_once, grace_ms, next_at) VALUES ('broken', "
                   "'61 * * * *', 'UTC', 'tick', '', 1, '{}', 4, 0, false, 60000, now())");
+    // A template the server refuses (here a trigger; in life a hand-written row or a trigger of
+    // the application's): that schedule is parked with the server's reason, the others fire.
+    c.schedule({.name = "poison",
+                .cron = "@yearly",
+                .kind = "poison",
+                .missed = pg::MissedTicks::run_once});
+    db.sql().exec("CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN IF "
+                  "NEW.kind = 'poison' THEN RAISE EXCEPTION 'poison refused'; END IF; RETURN "
+                  "NEW; END $$; CREATE TRIGGER refuse BEFORE INSERT ON ax.tasks FOR EACH ROW "
+                  "EXECUTE FUNCTION refuse()");
     // No node ran since 2020 (the test's way to put ticks in the past).
     db.sql().exec("UPDATE ax.schedules SET next_at = '2020-01-01 00:00:00+00' WHERE name IN "
-                  "('skip', 'once'); UPDATE ax.schedules SET next_at = "
+                  "('skip', 'once', 'poison'); UPDATE ax.schedules SET next_at = "
                   "date_trunc('hour', now()) - interval '5 hours' WHERE name = 'hourly_once'");
     pg::NodeOptions o;
     o.conninfo = db.conninfo;
@@ -317,14 +327,14 @@ TEST_CASE("schedules: missed ticks after every node was down: skip vs run once",
     node.handle("other", [](pg::Job&) {});
     node.start();
     REQUIRE(wait_until(
-        [&] { return db.scalar("SELECT count(*) FROM ax.schedules WHERE next_at > now()") == 4; },
+        [&] { return db.scalar("SELECT count(*) FROM ax.schedules WHERE next_at > now()") == 5; },
         30s));
     node.stop();
     CHECK(node.stats().schedule_tasks == 2);
 
     const std::int64_t year = db.scalar("SELECT extract(year FROM now())::int8");
     const auto info = c.schedules();
-    REQUIRE(info.size() == 4);
+    REQUIRE(info.size() == 5);
     auto find = [&](const std::string& n) {
         for (const auto& s : info)
             if (s.spec.name == n)
@@ -355,6 +365,10 @@ TEST_CASE("schedules: missed ticks after every node was down: skip vs run once",
     CHECK(broken.fired == 0);
     CHECK(broken.next_at_s == 0);
     CHECK_THAT(broken.error, Catch::Contains("minute field '61'"));
+    const auto poison = find("poison");
+    CHECK(poison.fired == 0);
+    CHECK(poison.next_at_s == 0);
+    CHECK_THAT(poison.error, Catch::Contains("poison refused"));
     CHECK(db.scalar("SELECT count(*) FROM ax.tasks") == 2);
 }
 

@@ -19,6 +19,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <map>
 #include <optional>
 #include <poll.h>
@@ -76,7 +77,7 @@ class Ticker {
                     conn_ = Connection::open(conninfo_);
                     conn_.exec("LISTEN ax_schedules");
                 }
-                while (!stopping_.load() && fire_once() == batch) {
+                while (!stopping_.load() && fire_once() == (one_by_one_ ? 1 : batch)) {
                 }
                 Result r = conn_.exec(sql::next_schedule_in_sql);
                 if (!r.null(0, 0)) {
@@ -124,11 +125,12 @@ class Ticker {
     /// Returns how many schedules it fired.
     int fire_once() {
         conn_.exec("BEGIN");
-        const std::string lim = std::to_string(batch);
+        const std::string lim = std::to_string(one_by_one_ ? 1 : batch);
         Result due = conn_.exec_params(sql::due_schedules_sql, {lim.c_str()});
         const int n = due.rows();
         if (n == 0) {
             conn_.exec("COMMIT");
+            one_by_one_ = false;
             return 0;
         }
         for (BinaryArray* a :
@@ -172,11 +174,40 @@ class Ticker {
         const std::string_view params[] = {name_.bytes(),   due_.bytes(),       next_.bytes(),
                                            missed_.bytes(), error_.bytes(),     last_.bytes(),
                                            count_.bytes(),  task_name_.bytes(), task_tick_.bytes()};
-        Result r = conn_.exec_binary(sql::fire_schedules_sql, params, Format::text);
+        Result r;
+        try {
+            r = conn_.exec_binary(sql::fire_schedules_sql, params, Format::text);
+        } catch (const Error&) {
+            if (!conn_.ok())
+                throw;
+            // The server refused the batch (a row written around Client::schedule, a trigger):
+            // one bad row must not stop the others. Fire one schedule per transaction until none
+            // is due; a single one that still fails is parked with the server's reason.
+            conn_.exec("ROLLBACK");
+            if (!one_by_one_) {
+                one_by_one_ = true;
+                return 1;
+            }
+            park(due.text(0, 0), std::current_exception());
+            return 1;
+        }
         const std::string_view added = r.affected_rows();
         conn_.exec("COMMIT");
         enqueued_.fetch_add(added.empty() ? 0 : std::stoull(std::string(added)));
         return n;
+    }
+
+    /// Parks schedule `name` (next_at infinity) with the error `e` carries.
+    void park(std::string_view name, const std::exception_ptr& e) {
+        std::string why = "refused by the server";
+        try {
+            std::rethrow_exception(e);
+        } catch (const std::exception& x) {
+            why = x.what();
+        }
+        const std::string n(name);
+        conn_.exec_params(sql::park_schedule_sql, {n.c_str(), why.c_str()});
+        errors_.fetch_add(1);
     }
 
     const ax::detail::CronExpr& cron(std::string_view text) {
@@ -204,6 +235,7 @@ class Ticker {
     std::atomic<bool> stopping_{false};
     std::atomic<std::uint64_t> enqueued_{0}, errors_{0};
     std::thread thread_;
+    bool one_by_one_ = false; // a batch was refused: fire one schedule per transaction
     std::map<std::string, ax::detail::CronExpr, std::less<>> crons_;
     std::map<std::string, ax::detail::TimeZone, std::less<>> zones_;
     // the firing statement's parameters, reused across passes

@@ -217,6 +217,11 @@ INSERT INTO ax.tasks (id, kind, payload, priority, timeout_ms, max_attempts, ide
 SELECT t.new_id, t.kind, t.payload, t.priority, t.timeout_ms, t.max_attempts, t.key, t.tags
   FROM t JOIN k ON k.task_id = t.new_id)SQL";
 
+/// Parks schedule $1 with the reason $2 (a firing the server refused): it fires no more until
+/// Client::schedule replaces it.
+inline constexpr const char* park_schedule_sql =
+    "UPDATE ax.schedules SET next_at = 'infinity', error = $2 WHERE name = $1";
+
 /// Milliseconds until the earliest next tick (NULL: no schedule will tick; <= 0: one is due).
 inline constexpr const char* next_schedule_in_sql =
     "SELECT ceil(extract(epoch FROM min(next_at) - now()) * 1000)::int8 FROM ax.schedules "
