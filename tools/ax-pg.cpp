@@ -11,10 +11,16 @@
 //                                    [--key KEY] [--older-than SEC] [--newer-than SEC]
 //                                    [--limit N] [--after ID] [--newest-first] [--explain]
 //   ax-pg [--db CONNINFO] tasks show ID
+//   ax-pg [--db CONNINFO] schedules list
+//   ax-pg [--db CONNINFO] schedules add NAME CRON KIND [--tz ZONE] [--payload TEXT]
+//         [--priority high|normal|low] [--tags a,b] [--max-attempts N] [--timeout-ms N]
+//         [--missed skip|run_once] [--grace-s N]
+//   ax-pg [--db CONNINFO] schedules remove NAME...
 //
 // Without --db the connection string comes from $AX_PG_CONNINFO, else libpq's defaults (PGHOST,
 // PGPORT, PGDATABASE, ...). Exit status: 0 ok, 1 a database error, 2 bad usage or input.
 
+#include <algorithm>
 #include <ax/pg/client.hpp>
 #include <chrono>
 #include <cmath>
@@ -27,18 +33,25 @@
 namespace {
 
 int usage() {
-    std::fprintf(stderr, "usage: ax-pg [--db CONNINFO] migrate\n"
-                         "       ax-pg [--db CONNINFO] status\n"
-                         "       ax-pg [--db CONNINFO] dead-letters list [LIMIT]\n"
-                         "       ax-pg [--db CONNINFO] dead-letters replay|discard ID...\n"
-                         "       ax-pg [--db CONNINFO] pause|resume kind KIND | lane LANE\n"
-                         "       ax-pg [--db CONNINFO] pause   (lists what is paused)\n"
-                         "       ax-pg [--db CONNINFO] tasks list [--state S[,S...]] [--kind K] "
-                         "[--tag T] [--lane L] [--key KEY]\n"
-                         "             [--older-than SEC] [--newer-than SEC] [--limit N] "
-                         "[--after ID] [--newest-first] [--explain]\n"
-                         "       ax-pg [--db CONNINFO] tasks show ID\n"
-                         "CONNINFO defaults to $AX_PG_CONNINFO, else libpq's PG* variables.\n");
+    std::fprintf(stderr,
+                 "usage: ax-pg [--db CONNINFO] migrate\n"
+                 "       ax-pg [--db CONNINFO] status\n"
+                 "       ax-pg [--db CONNINFO] dead-letters list [LIMIT]\n"
+                 "       ax-pg [--db CONNINFO] dead-letters replay|discard ID...\n"
+                 "       ax-pg [--db CONNINFO] pause|resume kind KIND | lane LANE\n"
+                 "       ax-pg [--db CONNINFO] pause   (lists what is paused)\n"
+                 "       ax-pg [--db CONNINFO] tasks list [--state S[,S...]] [--kind K] "
+                 "[--tag T] [--lane L] [--key KEY]\n"
+                 "             [--older-than SEC] [--newer-than SEC] [--limit N] "
+                 "[--after ID] [--newest-first] [--explain]\n"
+                 "       ax-pg [--db CONNINFO] tasks show ID\n"
+                 "       ax-pg [--db CONNINFO] schedules list\n"
+                 "       ax-pg [--db CONNINFO] schedules add NAME CRON KIND [--tz ZONE]\n"
+                 "             [--payload TEXT] [--priority high|normal|low] [--tags a,b]\n"
+                 "             [--max-attempts N] [--timeout-ms N] [--missed skip|run_once]\n"
+                 "             [--grace-s N]\n"
+                 "       ax-pg [--db CONNINFO] schedules remove NAME...\n"
+                 "CONNINFO defaults to $AX_PG_CONNINFO, else libpq's PG* variables.\n");
     return 2;
 }
 
@@ -250,6 +263,85 @@ void print_status(ax::pg::Client& c) {
     print_paused(s.paused);
 }
 
+// --- recurring schedules
+
+/// "YYYY-MM-DD HH:MM:SS UTC" of UTC seconds `s` ("-" for 0: none).
+std::string utc_text(std::int64_t s) {
+    if (s == 0)
+        return "-";
+    const ax::detail::CivilTime c = ax::detail::civil_of(s);
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "%04d-%02u-%02u %02u:%02u:%02u UTC", c.year, c.month, c.day,
+                  c.hour, c.minute, c.second);
+    return buf;
+}
+
+int schedules_command(ax::pg::Client& c, const std::vector<std::string>& args) {
+    const std::string& sub = args[1];
+    if (sub == "list" && args.size() == 2) {
+        const auto list = c.schedules();
+        std::printf("%zu schedule(s)\n", list.size());
+        for (const auto& s : list) {
+            std::printf("%s  '%s' %s -> kind %s %s, missed %s, grace %lld s\n", s.spec.name.c_str(),
+                        s.spec.cron.c_str(), s.spec.time_zone.c_str(), s.spec.kind.c_str(),
+                        std::string(ax::to_string(s.spec.priority)).c_str(),
+                        std::string(ax::pg::to_string(s.spec.missed)).c_str(),
+                        static_cast<long long>(s.spec.grace.count() / 1000));
+            std::printf("    next %s, last %s, %lld task(s), %lld missed firing(s)%s%s\n",
+                        utc_text(s.next_at_s).c_str(), utc_text(s.last_tick_s).c_str(),
+                        static_cast<long long>(s.fired), static_cast<long long>(s.missed),
+                        s.error.empty() ? "" : ", ERROR: ", s.error.c_str());
+        }
+        return 0;
+    }
+    if (sub == "add" && args.size() >= 5 && args.size() % 2 == 1) {
+        ax::pg::ScheduleSpec spec{.name = args[2], .cron = args[3], .kind = args[4]};
+        for (std::size_t i = 5; i + 1 < args.size(); i += 2) {
+            const std::string &k = args[i], &v = args[i + 1];
+            if (k == "--tz")
+                spec.time_zone = v;
+            else if (k == "--payload")
+                spec.payload = v;
+            else if (k == "--priority" && (v == "high" || v == "normal" || v == "low"))
+                spec.priority = v == "high"  ? ax::Priority::high
+                                : v == "low" ? ax::Priority::low
+                                             : ax::Priority::normal;
+            else if (k == "--tags") {
+                spec.tags.clear();
+                for (std::size_t p = 0; p <= v.size();) {
+                    const std::size_t e = std::min(v.find(',', p), v.size());
+                    spec.tags.push_back(v.substr(p, e - p));
+                    p = e + 1;
+                }
+            } else if (k == "--max-attempts")
+                spec.max_attempts = static_cast<int>(parse_id(v));
+            else if (k == "--timeout-ms")
+                spec.timeout = std::chrono::milliseconds(parse_id(v));
+            else if (k == "--missed" && (v == "skip" || v == "run_once"))
+                spec.missed =
+                    v == "skip" ? ax::pg::MissedTicks::skip : ax::pg::MissedTicks::run_once;
+            else if (k == "--grace-s")
+                spec.grace = std::chrono::seconds(parse_id(v));
+            else
+                throw std::invalid_argument("schedules add: bad option " + k + " " + v);
+        }
+        const bool created = c.schedule(spec);
+        std::printf("schedule %s %s\n", spec.name.c_str(), created ? "created" : "replaced");
+        return 0;
+    }
+    if (sub == "remove" && args.size() >= 3) {
+        int rc = 0;
+        for (std::size_t i = 2; i < args.size(); ++i) {
+            const bool ok = c.unschedule(args[i]);
+            std::printf("schedule %s: %s\n", args[i].c_str(), ok ? "removed" : "no such schedule");
+            if (!ok)
+                rc = 2;
+        }
+        return rc;
+    }
+    return usage();
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -314,6 +406,10 @@ int main(int argc, char** argv) {
                 }
                 return rc;
             }
+        }
+        if (cmd == "schedules" && args.size() >= 2) {
+            ax::pg::Client c(conninfo);
+            return schedules_command(c, args);
         }
         return usage();
     } catch (const std::invalid_argument& e) {

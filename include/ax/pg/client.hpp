@@ -11,6 +11,7 @@
 #include "sql/pause.hpp"
 #include "sql/tasks.hpp"
 #include "sql/results.hpp"
+#include "sql/schedules.hpp"
 #include "types.hpp"
 
 #include <chrono>
@@ -189,6 +190,28 @@ class Client {
                 return sql::task_result(c, id); // the deadline: one last look
         }
     }
+
+    // --- recurring schedules
+
+    /// Creates or replaces the recurring schedule `spec.name`: from now on every tick of its cron
+    /// expression in its time zone enqueues one task from its template, exactly once across the
+    /// cluster, fired by whichever node is running (NodeOptions::fire_schedules). Replacing a
+    /// schedule with the same cron and zone keeps its next tick (call it at every deploy);
+    /// otherwise ticks restart from now. Throws std::invalid_argument naming the bad field (a cron
+    /// error names the cron field; an unknown zone, or one missing from this machine's tz
+    /// database) before anything is written. True when the schedule is new.
+    bool schedule(const ScheduleSpec& spec) {
+        const auto [expr, zone] = sql::validate_schedule(spec, options_.max_payload_bytes);
+        const std::optional<std::int64_t> first =
+            ax::detail::next_tick(expr, zone, sql::server_now_s(connection()));
+        return sql::upsert_schedule(connection(), spec, first);
+    }
+
+    /// Removes schedule `name`; tasks it already enqueued stay. False if there is none.
+    bool unschedule(const std::string& name) { return sql::delete_schedule(connection(), name); }
+
+    /// Every schedule with its next tick and counters, by name.
+    std::vector<ScheduleInfo> schedules() { return sql::list_schedules(connection()); }
 
     /// The options in force.
     [[nodiscard]] const ClientOptions& options() const noexcept { return options_; }

@@ -13,7 +13,8 @@
 //   - detail/node_driver.hpp: the driver thread, which owns the links (detail/pg_link.hpp behind
 //     detail/node_link.hpp), the batch ledger (node_ledger.hpp), the claim planner
 //     (node_planner.hpp), the round trips and their flights (node_round_trip.hpp,
-//     node_flights.hpp) and the maintenance schedule and vacuum (node_maintenance.hpp).
+//     node_flights.hpp) and the maintenance schedule and vacuum (node_maintenance.hpp);
+//   - detail/node_ticker.hpp: recurring schedules' firing (a thread and connection of its own).
 // Every SQL statement the node sends is in sql/node_statements.hpp.
 //
 // Threads: the driver thread claims, acknowledges, renews leases, runs maintenance and reacts
@@ -27,6 +28,7 @@
 #include "detail/node_counters.hpp"
 #include "detail/node_driver.hpp"
 #include "detail/node_slots.hpp"
+#include "detail/node_ticker.hpp"
 #include "detail/node_waker.hpp"
 #include "node_options.hpp"
 #include "types.hpp"
@@ -114,6 +116,10 @@ class Node {
         driver_ = std::make_unique<detail::Driver>(opt_, host_, kinds_, slots_, counters_, waker_,
                                                    stopping_, std::move(workers));
         thread_ = std::thread([this] { driver_->run(); });
+        if (opt_.fire_schedules) {
+            ticker_ = std::make_unique<detail::Ticker>(opt_.conninfo, opt_.schedule_poll);
+            ticker_->start();
+        }
     }
 
     /// Graceful stop: claims nothing more, hands claimed tasks that have not started back at
@@ -123,6 +129,8 @@ class Node {
     void stop() {
         if (!started_ || stopped_.exchange(true))
             return;
+        if (ticker_)
+            ticker_->stop(); // no tick enqueued after stop()
         stopping_.store(true);
         waker_.wake();
         if (thread_.joinable())
@@ -135,7 +143,14 @@ class Node {
     [[nodiscard]] bool running() const noexcept { return started_ && !driver_->done(); }
 
     /// Counters.
-    [[nodiscard]] NodeStats stats() const noexcept { return counters_.snapshot(slots_.depth()); }
+    [[nodiscard]] NodeStats stats() const noexcept {
+        NodeStats s = counters_.snapshot(slots_.depth());
+        if (ticker_) {
+            s.schedule_tasks = ticker_->enqueued();
+            s.schedule_errors = ticker_->errors();
+        }
+        return s;
+    }
 
     /// The options in force.
     [[nodiscard]] const NodeOptions& options() const noexcept { return opt_; }
@@ -232,7 +247,8 @@ class Node {
             {"history_retention", opt_.history_retention},
             {"reconnect_base", opt_.reconnect_base},
             {"reconnect_max", opt_.reconnect_max},
-            {"stop_grace", opt_.stop_grace}};
+            {"stop_grace", opt_.stop_grace},
+            {"schedule_poll", opt_.schedule_poll}};
         for (auto& [f, d] : durations)
             if (d.count() <= 0 || d > std::chrono::hours(24 * 30))
                 bad(f, std::to_string(d.count()) + " ms", "must be in (0, 30 days]");
@@ -260,6 +276,7 @@ class Node {
     std::unique_ptr<Scheduler<>> sched_;
     std::unique_ptr<detail::Driver> driver_;
     std::thread thread_;
+    std::unique_ptr<detail::Ticker> ticker_; // fires recurring schedules (its own thread)
 };
 
 } // namespace ax::pg

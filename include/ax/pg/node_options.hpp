@@ -228,6 +228,19 @@ struct NodeOptions {
     /// Optional log of rare events (reconnects, reclaims, checksum mismatches); called on the
     /// driver thread.
     std::function<void(std::string_view)> on_event;
+
+    // --- recurring schedules
+    /// Whether this node fires due recurring schedules (default true; Client::schedule). Any
+    /// number of nodes may: each tick is enqueued exactly once whichever fires it, so leave it on
+    /// everywhere and no single node's death stops the ticks. Costs a thread and a connection
+    /// per node, one look at ax.schedules per schedule_poll when none is due; off for a node
+    /// that should only run tasks (or a database role that may not write ax.schedules).
+    bool fire_schedules = true;
+    /// Longest wait between two looks at ax.schedules (default 10 s). The node wakes at the
+    /// earliest next tick and on every Client::schedule (a notification); the poll only catches
+    /// a change made around them (a hand-written UPDATE) or a notification lost with a
+    /// connection. Shorter costs one cheap query more often.
+    std::chrono::milliseconds schedule_poll{10000};
 };
 
 /// Counters of one node (monotonic, read any time).
@@ -262,6 +275,10 @@ struct NodeStats {
     std::uint64_t vacuums = 0;
     std::uint32_t last_batch = 0;
     std::uint32_t depth = 0;
+    /// Tasks this node enqueued for recurring schedules' ticks, and firing passes that failed
+    /// (retried with back-off).
+    std::uint64_t schedule_tasks = 0;
+    std::uint64_t schedule_errors = 0;
 };
 
 } // namespace ax::pg

@@ -20,6 +20,7 @@
 //   ax.counters        recovery counters (reclaimed batches/tasks, checksum mismatches)
 //   ax.pauses          paused kinds and lanes (Client::pause; nodes LISTEN ax_pause)
 //   ax.waiters         one row per Client::wait in progress (its task and backend)
+//   ax.schedules       recurring schedules: cron, zone, task template, the next tick
 
 #include "sql/migrations/v1.hpp"
 #include "sql/migrations/v2.hpp"
@@ -28,6 +29,7 @@
 #include "sql/migrations/v5.hpp"
 #include "sql/migrations/v6.hpp"
 #include "sql/migrations/v7.hpp"
+#include "sql/migrations/v8.hpp"
 
 #include <array>
 #include <cstdint>
@@ -36,7 +38,7 @@ namespace ax::pg {
 
 /// The schema version this library writes and understands. A database at a newer version is
 /// refused with a clear error; an older one is brought up to date by migrate().
-inline constexpr int schema_version = 7;
+inline constexpr int schema_version = 8;
 
 /// Codes of ax.history.state.
 enum class HistoryState : std::int16_t { succeeded = 1, cancelled = 2, discarded = 3 };
@@ -54,7 +56,7 @@ inline constexpr std::int64_t maintain_lock_key = 7887330361530609268;
 /// Each is a file of its own under sql/migrations/.
 inline constexpr std::array<const char*, schema_version> migrations = {
     sql::migrations::v1, sql::migrations::v2, sql::migrations::v3, sql::migrations::v4,
-    sql::migrations::v5, sql::migrations::v6, sql::migrations::v7};
+    sql::migrations::v5, sql::migrations::v6, sql::migrations::v7, sql::migrations::v8};
 
 // ---------------------------------------------------------------- hot-path statements
 // Prepared once per connection; parameters and the claim's result are in binary format, so

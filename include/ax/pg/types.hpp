@@ -431,4 +431,64 @@ struct TaskResult {
     return CancelResult::unknown;
 }
 
+// --- recurring schedules
+
+/// What a schedule does with ticks that came while no node could fire them (all nodes down or
+/// stuck for longer than the schedule's grace).
+enum class MissedTicks : std::uint8_t {
+    skip,     ///< Drop them; the schedule resumes at its next tick (cron's behaviour).
+    run_once, ///< One task stands for all of them (keyed by the first missed tick), then resume.
+};
+
+/// "skip", "run_once".
+constexpr std::string_view to_string(MissedTicks m) noexcept {
+    return m == MissedTicks::run_once ? "run_once" : "skip";
+}
+
+/// A recurring schedule (Client::schedule): every tick of `cron` in `time_zone` enqueues one
+/// task built from the template fields, exactly once across the cluster. Designated
+/// initializers read well: `client.schedule({.name = "nightly", .cron = "0 3 * * *",
+/// .time_zone = "Europe/Berlin", .kind = "report"})`.
+struct ScheduleSpec {
+    /// Unique name, 1..200 bytes; schedule() with an existing name replaces that schedule.
+    std::string name;
+    /// Standard 5-field cron (minute hour day-of-month month day-of-week; lists, ranges, steps,
+    /// JAN..DEC, SUN..SAT), a 6-field form with a leading seconds field, or @yearly @annually
+    /// @monthly @weekly @daily @midnight @hourly. Both day fields restricted: either matches.
+    std::string cron;
+    /// "UTC" (default) or an IANA zone ("America/New_York") read from the tz database
+    /// (/usr/share/zoneinfo, or $TZDIR) on the client and on every node. DST: a skipped wall-clock
+    /// time runs at the transition; a repeated one runs once (twice if the hour field is '*').
+    std::string time_zone = "UTC";
+    /// The task each tick enqueues (the rules of NewTask); its idempotency key is
+    /// "schedule:<name>:<tick as YYYY-MM-DDTHH:MM:SSZ>".
+    std::string kind;
+    std::string payload{};
+    Priority priority = Priority::normal;
+    std::vector<std::string> tags{};
+    int max_attempts = 4;
+    std::chrono::milliseconds timeout{0};
+    /// Missed ticks (default skip, as cron, River and Oban do; run_once for work that must
+    /// happen after an outage, such as a nightly settlement).
+    MissedTicks missed = MissedTicks::skip;
+    /// A tick fired at most this late is on time and runs (default 60 s, 1 s .. 1 day); an older
+    /// one counts as missed. Longer tolerates longer outages without applying `missed` at the
+    /// cost of running stale ticks back to back after one.
+    std::chrono::milliseconds grace{60000};
+};
+
+/// A schedule as stored (Client::schedules()).
+struct ScheduleInfo {
+    ScheduleSpec spec;
+    /// The next tick not yet enqueued, UTC seconds since the epoch (0 with no next tick).
+    std::int64_t next_at_s = 0;
+    /// The latest tick enqueued (0: none yet).
+    std::int64_t last_tick_s = 0;
+    /// Tasks enqueued so far, and firings that found missed ticks.
+    std::int64_t fired = 0;
+    std::int64_t missed = 0;
+    /// Why the nodes cannot fire it (a zone missing on a node, say); empty when fine.
+    std::string error;
+};
+
 } // namespace ax::pg
