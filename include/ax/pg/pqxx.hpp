@@ -102,10 +102,16 @@ inline std::vector<Enqueued> enqueue_on(pqxx::dbtransaction& tx, std::span<const
     const sql::TaskCall call =
         sql::validate_tasks(tasks, options.max_payload_bytes, std::chrono::system_clock::now());
     detail::TextArray kind, payload, priority, timeout_ms, max_attempts, delay_ms, idem_key, tags,
-        run_at_us;
+        run_at_us, unique_for_ms, unique_states;
     std::string joined;
     const bool timed = std::any_of(tasks.begin(), tasks.end(),
                                    [](const NewTask& t) { return t.run_at.has_value(); });
+    // As sql::EnqueueColumns: the unique columns are sent empty when no task sets them.
+    const bool windowed = std::any_of(tasks.begin(), tasks.end(),
+                                      [](const NewTask& t) { return t.unique_for.count() != 0; });
+    const bool stated = std::any_of(tasks.begin(), tasks.end(), [](const NewTask& t) {
+        return t.unique_states != UniqueStates::all;
+    });
     for (const NewTask& t : tasks) {
         kind.add_text(t.kind);
         payload.add_bytea(t.payload);
@@ -132,14 +138,19 @@ inline std::vector<Enqueued> enqueue_on(pqxx::dbtransaction& tx, std::span<const
             else
                 run_at_us.add_null();
         }
+        if (windowed)
+            unique_for_ms.add_int(t.unique_for.count());
+        if (stated)
+            unique_states.add_int(static_cast<std::int64_t>(t.unique_states));
     }
     const std::size_t n = tasks.size();
     std::vector<Enqueued> out;
     out.reserve(n);
     if (call.keyed) {
-        const pqxx::result r = tx.exec_params(
-            sql::enqueue_keyed_sql, kind.str(), payload.str(), priority.str(), timeout_ms.str(),
-            max_attempts.str(), delay_ms.str(), idem_key.str(), tags.str(), run_at_us.str());
+        const pqxx::result r =
+            tx.exec_params(sql::enqueue_keyed_sql, kind.str(), payload.str(), priority.str(),
+                           timeout_ms.str(), max_attempts.str(), delay_ms.str(), idem_key.str(),
+                           tags.str(), run_at_us.str(), unique_for_ms.str(), unique_states.str());
         if (r.size() != n)
             throw Error("ax::pg: enqueue returned " + std::to_string(r.size()) + " rows for " +
                         std::to_string(n) + " tasks");

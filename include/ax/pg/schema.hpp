@@ -30,6 +30,7 @@
 #include "sql/migrations/v6.hpp"
 #include "sql/migrations/v7.hpp"
 #include "sql/migrations/v8.hpp"
+#include "sql/migrations/v9.hpp"
 
 #include <array>
 #include <cstdint>
@@ -38,7 +39,7 @@ namespace ax::pg {
 
 /// The schema version this library writes and understands. A database at a newer version is
 /// refused with a clear error; an older one is brought up to date by migrate().
-inline constexpr int schema_version = 8;
+inline constexpr int schema_version = 9;
 
 /// Codes of ax.history.state.
 enum class HistoryState : std::int16_t { succeeded = 1, cancelled = 2, discarded = 3 };
@@ -55,8 +56,9 @@ inline constexpr std::int64_t maintain_lock_key = 7887330361530609268;
 /// Migration n (1-based) is migrations[n - 1]; each runs once, inside the migrate transaction.
 /// Each is a file of its own under sql/migrations/.
 inline constexpr std::array<const char*, schema_version> migrations = {
-    sql::migrations::v1, sql::migrations::v2, sql::migrations::v3, sql::migrations::v4,
-    sql::migrations::v5, sql::migrations::v6, sql::migrations::v7, sql::migrations::v8};
+    sql::migrations::v1, sql::migrations::v2, sql::migrations::v3,
+    sql::migrations::v4, sql::migrations::v5, sql::migrations::v6,
+    sql::migrations::v7, sql::migrations::v8, sql::migrations::v9};
 
 // ---------------------------------------------------------------- hot-path statements
 // Prepared once per connection; parameters and the claim's result are in binary format, so
@@ -93,18 +95,22 @@ RETURNING t.id, b.id, array_position($2::text[], t.kind)::int4, t.priority, t.at
 /// statement; a task cancelled meanwhile ends cancelled (a late ack never overwrites a cancel),
 /// and a task no longer held by this node (reclaimed) is left alone. The history slot is read
 /// once per statement (a scalar subquery: one InitPlan), not per row. Keyed tasks start their
-/// key's retention; the keys are locked in key order (the order enqueue takes them in), so an
-/// acknowledgement and a keyed enqueue never deadlock. Without keys in the call, that part reads
-/// nothing.
+/// key's retention and record how they ended (finished_state, read by unique_states; only the
+/// key's own task: once a unique window passed, the key may belong to a newer task); the keys are
+/// locked in key order (the order enqueue takes them in), so an acknowledgement and a keyed enqueue
+/// never deadlock. Without keys in the call, that part reads nothing.
 inline constexpr const char* ack_sql = R"SQL(
 WITH d AS (DELETE FROM ax.tasks t WHERE t.id = ANY ($2::int8[]) AND t.node_id = $1
            RETURNING t.id, t.kind, t.priority, t.attempts, t.enqueued_at, t.idem_key,
                      t.cancel_requested),
-     k AS (UPDATE ax.idem_keys k SET finished_at = now()
+     k AS (UPDATE ax.idem_keys k
+              SET finished_at = now(), finished_state = CASE WHEN d.cancel_requested THEN 2 ELSE 1 END
+             FROM d
             WHERE k.idem_key IN (SELECT x.idem_key FROM ax.idem_keys x
                                   WHERE x.idem_key IN (SELECT idem_key FROM d
                                                         WHERE idem_key IS NOT NULL)
-                                  ORDER BY x.idem_key FOR UPDATE))
+                                  ORDER BY x.idem_key FOR UPDATE)
+              AND k.idem_key = d.idem_key AND k.task_id = d.id)
 INSERT INTO ax.history (id, kind, priority, state, attempts, node_id, enqueued_at, idem_key, slot)
 SELECT id, kind, priority, CASE WHEN cancel_requested THEN 2 ELSE 1 END, attempts, $1,
        enqueued_at, idem_key, (SELECT cur FROM ax.rings WHERE name = 'history') FROM d)SQL";
@@ -118,11 +124,14 @@ WITH u AS (SELECT * FROM unnest($2::int8[], $3::bytea[]) AS u(id, result)),
      d AS (DELETE FROM ax.tasks t USING u WHERE t.id = u.id AND t.node_id = $1
            RETURNING t.id, t.kind, t.priority, t.attempts, t.enqueued_at, t.idem_key,
                      t.cancel_requested, u.result),
-     k AS (UPDATE ax.idem_keys k SET finished_at = now()
+     k AS (UPDATE ax.idem_keys k
+              SET finished_at = now(), finished_state = CASE WHEN d.cancel_requested THEN 2 ELSE 1 END
+             FROM d
             WHERE k.idem_key IN (SELECT x.idem_key FROM ax.idem_keys x
                                   WHERE x.idem_key IN (SELECT idem_key FROM d
                                                         WHERE idem_key IS NOT NULL)
-                                  ORDER BY x.idem_key FOR UPDATE))
+                                  ORDER BY x.idem_key FOR UPDATE)
+              AND k.idem_key = d.idem_key AND k.task_id = d.id)
 INSERT INTO ax.history (id, kind, priority, state, attempts, node_id, enqueued_at, idem_key, slot,
                         result)
 SELECT id, kind, priority, CASE WHEN cancel_requested THEN 2 ELSE 1 END, attempts, $1,

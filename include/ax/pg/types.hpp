@@ -45,6 +45,33 @@ inline constexpr std::string_view tag_rule =
            tag.find_first_of(",{\"") == std::string_view::npos;
 }
 
+// --- unique tasks (issue 28, part 4)
+
+/// Which states of the task holding an idempotency key make a new enqueue with the key answer it
+/// (NewTask::unique_states); a bitmask, combined with |. Like River's UniqueOpts.ByState and
+/// Oban's unique states. The SQL API takes the same bits (ax.unique_states('pending', ...)).
+enum class UniqueStates : std::uint8_t {
+    pending = 1,    ///< Waiting: claimable, scheduled (delay, run_at) or in a retry's back-off.
+    running = 2,    ///< Claimed by a node (queued there or running).
+    succeeded = 4,  ///< Finished successfully.
+    failed = 8,     ///< A dead letter, or a discarded one.
+    cancelled = 16, ///< Cancelled.
+    /// Every state: the default, today's idempotency.
+    all = 31,
+    /// Not finished, or finished well: a failed or cancelled task may be enqueued again.
+    not_failed = pending | running | succeeded,
+};
+
+/// The union of two state sets.
+[[nodiscard]] constexpr UniqueStates operator|(UniqueStates a, UniqueStates b) noexcept {
+    return static_cast<UniqueStates>(static_cast<unsigned>(a) | static_cast<unsigned>(b));
+}
+
+/// Whether `set` has any state of `s`.
+[[nodiscard]] constexpr bool has(UniqueStates set, UniqueStates s) noexcept {
+    return (static_cast<unsigned>(set) & static_cast<unsigned>(s)) != 0;
+}
+
 /// One task to enqueue. Designated initializers read well:
 /// `client.enqueue({.kind = "thumb", .payload = bytes, .priority = ax::Priority::high})`.
 struct NewTask {
@@ -78,6 +105,20 @@ struct NewTask {
     std::string_view idempotency_key{};
     /// Tags a node must offer to claim it ("gpu", "bigmem"); no commas, 1..100 bytes each.
     std::vector<std::string_view> tags{};
+    /// Unique window (needs an idempotency_key; 0, the default: any age, today's idempotency;
+    /// at most 366 days): the key's task counts only if it was enqueued less than unique_for
+    /// ago; an older one no longer blocks, and this enqueue makes a new task that takes the key
+    /// over (River's ByPeriod, Oban's period, measured from the holder's enqueue). A finished
+    /// task's key is forgotten the history retention after it ended, whatever the window: a
+    /// longer window ends there for finished tasks. Decided by the key's row in ax.idem_keys,
+    /// so racing producers still get one task (docs/distributed.md "Unique tasks").
+    std::chrono::milliseconds unique_for{0};
+    /// Which states of the key's task count (needs an idempotency_key; default all, today's
+    /// idempotency): e.g. UniqueStates::pending | UniqueStates::running enqueues again once the
+    /// holder finished, however it ended. Finished states are exact (recorded with the move);
+    /// pending vs running vs dead letter is read as of the enqueue's statement, so a claim that
+    /// commits at the same moment may be seen either way.
+    UniqueStates unique_states = UniqueStates::all;
 };
 
 /// What enqueue answers per task.

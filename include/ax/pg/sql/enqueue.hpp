@@ -30,24 +30,42 @@ namespace ax::pg::sql {
 /// $8 tags text[] (comma-joined), $9 run_at_us int8[] (microseconds since the Unix epoch, NULL:
 /// now() + delay; an empty array when no task of the call has a run_at: unnest pads it with
 /// NULLs, so a call without one sends 12 bytes for it). A run_at in the past is now() (it does not
-/// jump ahead of older tasks). Returns one row per input, in input order: (ord, id, existed).
+/// jump ahead of older tasks), $10 unique_for_ms int8[], $11 unique_states int2[] (each empty
+/// when no task of the call sets it: NULL, coalesced to the defaults 0 and 31). Returns one row
+/// per input, in input order: (ord, id, existed).
 /// A key is claimed by inserting its row into ax.idem_keys: the first enqueue inserts it with its
 /// new task's ID; any other, however it races, conflicts on that row (waiting for the first to
 /// commit or roll back) and its DO UPDATE answers the row as committed, i.e. the first task's
-/// ID, whether that task is live, being acknowledged, retrying, a dead letter or finished. A
-/// task is inserted only for a key whose row carries this call's new ID. Keys are taken in key
+/// ID, whether that task is live, being acknowledged, retrying, a dead letter or finished --
+/// unless the task's unique options say that holder does not count (ax.unique_blocks, migration
+/// 9: enqueued longer ago than unique_for_ms, or in a state outside unique_states): then the row
+/// passes to this call's new ID, still under the row's lock, so racing calls agree. The SQL
+/// API's ax.enqueue and ax.enqueue_many use the same ON CONFLICT clause. A task is inserted
+/// only for a key whose row carries this call's new ID. Keys are taken in key
 /// order, so concurrent calls with overlapping keys never deadlock. (Callers pass distinct keys:
 /// ON CONFLICT cannot touch one row twice in a statement.)
 inline constexpr const char* enqueue_keyed_sql = R"SQL(
 WITH u AS MATERIALIZED (
         SELECT u.*, nextval('ax.tasks_id_seq') AS new_id
         FROM unnest($1::text[], $2::bytea[], $3::int2[], $4::int4[], $5::int4[], $6::int8[],
-                    $7::text[], $8::text[], $9::int8[])
+                    $7::text[], $8::text[], $9::int8[], $10::int8[], $11::int2[])
              WITH ORDINALITY AS u(kind, payload, priority, timeout_ms, max_attempts, delay_ms,
-                                  idem_key, tags, run_at_us, ord)),
-     k AS (INSERT INTO ax.idem_keys AS k (idem_key, task_id)
-           SELECT u.idem_key, u.new_id FROM u WHERE u.idem_key IS NOT NULL ORDER BY u.idem_key
-           ON CONFLICT (idem_key) DO UPDATE SET task_id = k.task_id
+                                  idem_key, tags, run_at_us, unique_for_ms, unique_states, ord)),
+     k AS (INSERT INTO ax.idem_keys AS k (idem_key, task_id, unique_for_ms, unique_states)
+           SELECT u.idem_key, u.new_id, coalesce(u.unique_for_ms, 0),
+                  coalesce(u.unique_states, 31)
+             FROM u WHERE u.idem_key IS NOT NULL ORDER BY u.idem_key
+           ON CONFLICT (idem_key) DO UPDATE SET
+               (task_id, enqueued_at, finished_at, finished_state, unique_for_ms, unique_states) =
+               (SELECT CASE WHEN d.keeps THEN k.task_id ELSE excluded.task_id END,
+                       CASE WHEN d.keeps THEN k.enqueued_at ELSE now() END,
+                       CASE WHEN d.keeps THEN k.finished_at END,
+                       CASE WHEN d.keeps THEN k.finished_state END,
+                       CASE WHEN d.keeps THEN k.unique_for_ms ELSE excluded.unique_for_ms END,
+                       CASE WHEN d.keeps THEN k.unique_states ELSE excluded.unique_states END
+                  FROM (SELECT ax.unique_blocks(k.task_id, k.enqueued_at, k.finished_at,
+                                                k.finished_state, excluded.unique_for_ms,
+                                                excluded.unique_states) AS keeps) d)
            RETURNING k.idem_key, k.task_id),
      ins AS (INSERT INTO ax.tasks (id, kind, payload, priority, timeout_ms, max_attempts, run_at,
                                    idem_key, tags)
@@ -115,14 +133,24 @@ struct EnqueueColumns {
     /// NewTask::run_at in microseconds since the Unix epoch (NULL: none); empty when no task of
     /// the call has one (the statements' unnest pads it with NULLs).
     detail::BinaryArray run_at_us{detail::oid::int8};
+    /// NewTask::unique_for in ms; empty when no task of the call has a window.
+    detail::BinaryArray unique_for_ms{detail::oid::int8};
+    /// NewTask::unique_states' bits; empty when every task of the call counts all states.
+    detail::BinaryArray unique_states{detail::oid::int2};
 
     /// Fills the columns from `tasks` (validated by the caller).
     void fill(std::span<const NewTask> tasks) {
-        for (detail::BinaryArray* a : {&kind, &payload, &priority, &timeout_ms, &max_attempts,
-                                       &delay_ms, &idem_key, &tags, &run_at_us})
+        for (detail::BinaryArray* a :
+             {&kind, &payload, &priority, &timeout_ms, &max_attempts, &delay_ms, &idem_key, &tags,
+              &run_at_us, &unique_for_ms, &unique_states})
             a->clear();
         const bool timed = std::any_of(tasks.begin(), tasks.end(),
                                        [](const NewTask& t) { return t.run_at.has_value(); });
+        const bool windowed = std::any_of(
+            tasks.begin(), tasks.end(), [](const NewTask& t) { return t.unique_for.count() != 0; });
+        const bool stated = std::any_of(tasks.begin(), tasks.end(), [](const NewTask& t) {
+            return t.unique_states != UniqueStates::all;
+        });
         std::string joined;
         for (const NewTask& t : tasks) {
             kind.add_bytes(t.kind);
@@ -150,6 +178,10 @@ struct EnqueueColumns {
                 else
                     run_at_us.add_null();
             }
+            if (windowed)
+                unique_for_ms.add_int64(t.unique_for.count());
+            if (stated)
+                unique_states.add_int16(static_cast<std::int16_t>(t.unique_states));
         }
     }
 };
@@ -179,9 +211,10 @@ inline std::vector<Enqueued> ids_of(const detail::Result& r, std::size_t n) {
 inline std::vector<Enqueued> enqueue_keyed(detail::Connection& c, EnqueueColumns& cols,
                                            std::size_t n) {
     const std::string_view params[] = {
-        cols.kind.bytes(),       cols.payload.bytes(),      cols.priority.bytes(),
-        cols.timeout_ms.bytes(), cols.max_attempts.bytes(), cols.delay_ms.bytes(),
-        cols.idem_key.bytes(),   cols.tags.bytes(),         cols.run_at_us.bytes()};
+        cols.kind.bytes(),          cols.payload.bytes(),      cols.priority.bytes(),
+        cols.timeout_ms.bytes(),    cols.max_attempts.bytes(), cols.delay_ms.bytes(),
+        cols.idem_key.bytes(),      cols.tags.bytes(),         cols.run_at_us.bytes(),
+        cols.unique_for_ms.bytes(), cols.unique_states.bytes()};
     detail::Result r = c.exec_binary(enqueue_keyed_sql, params, detail::Format::text);
     if (static_cast<std::size_t>(r.rows()) != n)
         throw Error("ax::pg: enqueue returned " + std::to_string(r.rows()) + " rows for " +
@@ -313,6 +346,20 @@ inline TaskCall validate_tasks(std::span<const NewTask> tasks, std::size_t max_p
         for (std::string_view tag : t.tags)
             if (!valid_tag(tag))
                 bad_task(i, "tags", quoted_prefix(tag), std::string(tag_rule));
+        if (t.unique_for.count() < 0 || t.unique_for > std::chrono::hours(24 * 366))
+            bad_task(i, "unique_for", std::to_string(t.unique_for.count()) + " ms",
+                     "must be in 0..366 days (0: any age)");
+        const auto states = static_cast<unsigned>(t.unique_states);
+        if (states == 0 || states > static_cast<unsigned>(UniqueStates::all))
+            bad_task(i, "unique_states", std::to_string(states),
+                     "must be a nonzero set of UniqueStates (pending 1, running 2, succeeded 4, "
+                     "failed 8, cancelled 16)");
+        if (t.idempotency_key.empty() && t.unique_for.count() != 0)
+            bad_task(i, "unique_for", std::to_string(t.unique_for.count()) + " ms",
+                     "needs an idempotency_key (uniqueness is per key)");
+        if (t.idempotency_key.empty() && t.unique_states != UniqueStates::all)
+            bad_task(i, "unique_states", std::to_string(states),
+                     "needs an idempotency_key (uniqueness is per key)");
         if (!t.idempotency_key.empty() && !seen_keys.insert(t.idempotency_key).second)
             bad_task(i, "idempotency_key", std::string(t.idempotency_key),
                      "appears twice in one enqueue_many call");
