@@ -393,6 +393,50 @@ TEST_CASE("unique: bad options are refused clearly, before anything is written")
     CHECK(scalar(db, "SELECT count(*) FROM ax.idem_keys") == 0);
 }
 
+TEST_CASE("unique: migration 9 fills the keys in use with their enqueue time and final state") {
+    const std::string name = "ax_unique_upgrade";
+    {
+        auto admin = pg::detail::Connection::open(g_base);
+        admin.exec(("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)").c_str());
+        admin.exec(("CREATE DATABASE " + name).c_str());
+    }
+    const std::string db = g_base + " dbname=" + name;
+    {
+        auto s = pg::detail::Connection::open(db);
+        s.exec("CREATE SCHEMA ax");
+        s.exec("CREATE TABLE ax.schema_version (version integer PRIMARY KEY, applied_at "
+               "timestamptz NOT NULL DEFAULT now())");
+        for (int v = 1; v < pg::schema_version; ++v) {
+            s.exec(pg::detail::migrations[static_cast<std::size_t>(v - 1)]);
+            s.exec(("INSERT INTO ax.schema_version (version) VALUES (" + std::to_string(v) + ")")
+                       .c_str());
+        }
+        // Keys of the version before: a live task, a cancelled one and a succeeded one, each
+        // enqueued two hours ago.
+        s.exec("INSERT INTO ax.tasks (id, kind, idem_key, enqueued_at) VALUES "
+               "(1, 'idle', 'live', now() - interval '2 hours')");
+        s.exec("INSERT INTO ax.history (id, kind, priority, state, attempts, enqueued_at, "
+               "idem_key) VALUES (2, 'idle', 1, 2, 0, now() - interval '2 hours', 'gone'), "
+               "(3, 'idle', 1, 1, 1, now() - interval '2 hours', 'done')");
+        s.exec("INSERT INTO ax.idem_keys (idem_key, task_id, finished_at) VALUES "
+               "('live', 1, NULL), ('gone', 2, now()), ('done', 3, now())");
+        s.exec("SELECT setval('ax.tasks_id_seq', 100)");
+    }
+    pg::Client c(db, {.require_schema = false});
+    REQUIRE(c.migrate() == pg::schema_version);
+    CHECK(scalar(db, "SELECT count(*) FROM ax.idem_keys WHERE enqueued_at < now() - interval "
+                     "'1 hour'") == 3);
+    CHECK(scalar(db, "SELECT finished_state FROM ax.idem_keys WHERE idem_key = 'gone'") == 2);
+    CHECK(scalar(db, "SELECT finished_state FROM ax.idem_keys WHERE idem_key = 'done'") == 1);
+    // Defaults: every key still answers its task.
+    CHECK(c.enqueue(keyed("idle", "live")).id == 1);
+    CHECK(c.enqueue(keyed("idle", "gone")).id == 2);
+    // A 1 h window: the two-hour-old holders no longer count; cancelled not in the states.
+    CHECK_FALSE(c.enqueue(keyed("idle", "live", 1h)).existed);
+    CHECK(c.enqueue(keyed("idle", "done", 0ms, US::succeeded)).id == 3);
+    CHECK_FALSE(c.enqueue(keyed("idle", "gone", 0ms, US::not_failed)).existed);
+}
+
 int main(int argc, char** argv) {
     const char* conninfo = std::getenv("AX_PG_CONNINFO");
     if (conninfo == nullptr || *conninfo == '\0') {
