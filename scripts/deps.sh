@@ -10,6 +10,8 @@ packages=(
     catch2 libbenchmark-dev libfmt-dev libtbb-dev libasio-dev
     # ax::pg (libpq) and the throw-away server its tests run against (scripts/pg-server.sh)
     libpq-dev postgresql
+    # the tz database (TZif files): recurring schedules' named time zones and test_cron's DST cases
+    tzdata
     # ax::http (cpp-httplib, found through pkg-config)
     libcpp-httplib-dev pkg-config
     # nlohmann-json: ax::http's JSON snapshot and event log (and the Prometheus API answers the

@@ -9,6 +9,8 @@ set(AX_HEADER_LAYERS
     errors.hpp=0 config.hpp=0 clock.hpp=0 retry.hpp=0 tuning.hpp=0 shutdown.hpp=0
     detail/lifecycle.hpp=0 detail/thread_stripe.hpp=0 detail/futex.hpp=0
     detail/huge_region.hpp=0 detail/thread_slice.hpp=0
+    # cron expressions, TZif time zones, next ticks (ax::pg's schedules use it; std only)
+    detail/cron.hpp=0
     # 1: vocabulary
     task.hpp=1 controller.hpp=1 detail/spin_lock.hpp=1 detail/enqueue_stamp.hpp=1
     # 2: the record and the public types built on the vocabulary
@@ -41,20 +43,27 @@ set(AX_HEADER_LAYERS
 # ax::pg (include/ax/pg/, libpq). 20: std and core only (the wire formats, the client-facing
 # types, each migration's SQL, the node's vocabulary and lanes); 21: what renders or lists them;
 # 22: libpq plumbing and the migration runner; 23: the client's typed statements and the
-# pipeline wrapper; 24: Client, and the node's typed statements; 25-29: Node's owners (below);
+# pipeline wrapper; 24: pause, listing, enqueue_on and the node's typed statements; 25: Client; 25-29: Node's owners (below);
 # 30: Node (it does not include Client, nor Client it); 31: the umbrella.
 set(AX_PG_HEADER_LAYERS
     pg/detail/wire.hpp=20 pg/types.hpp=20 pg/node_options.hpp=20 pg/detail/lanes.hpp=20
     pg/sql/migrations/v1.hpp=20 pg/sql/migrations/v2.hpp=20 pg/sql/migrations/v3.hpp=20
-    pg/sql/migrations/v4.hpp=20 pg/detail/node_slots.hpp=20 pg/detail/node_waker.hpp=20
+    pg/sql/migrations/v4.hpp=20 pg/sql/migrations/v5.hpp=20 pg/sql/migrations/v6.hpp=20
+    pg/sql/migrations/v7.hpp=20 pg/sql/migrations/v8.hpp=20 pg/sql/migrations/v9.hpp=20
+    pg/detail/node_waker.hpp=20
     pg/schema.hpp=21 pg/json.hpp=21 pg/prometheus.hpp=21 pg/detail/node_planner.hpp=21
-    pg/detail/node_counters.hpp=21
+    pg/detail/node_counters.hpp=21 pg/detail/node_slots.hpp=21
     pg/connection.hpp=22
     pg/sql/client.hpp=23 pg/sql/enqueue.hpp=23 pg/detail/pipeline.hpp=23
-    pg/client.hpp=24 pg/sql/node_statements.hpp=24
+    pg/sql/schedules.hpp=23 pg/sql/results.hpp=23
+    # pause (over the pipeline), listing (over the client statements), enqueue on the caller's connection
+    pg/sql/pause.hpp=24 pg/sql/tasks.hpp=24 pg/enqueue_on.hpp=24 pg/sql/node_statements.hpp=24
+    pg/client.hpp=25 pg/pqxx.hpp=25
     # Node's owners, bottom up: the link interface, the schedule, the ledger and the real link,
     # the flights, the round trips, the driver, and the facade.
     pg/detail/node_link.hpp=25 pg/detail/node_maintenance.hpp=25
+    # recurring schedules' firing: a thread of its own beside the driver
+    pg/detail/node_ticker.hpp=25
     pg/detail/pg_link.hpp=26 pg/detail/node_ledger.hpp=26
     pg/detail/node_flights.hpp=27
     pg/detail/node_round_trip.hpp=28

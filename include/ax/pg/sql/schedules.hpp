@@ -18,8 +18,8 @@
 #include "../connection.hpp"
 #include "../detail/wire.hpp"
 #include "../types.hpp"
-#include "client.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -151,7 +151,7 @@ inline bool delete_schedule(detail::Connection& c, const std::string& name) {
 inline std::vector<ScheduleInfo> list_schedules(detail::Connection& c) {
     detail::Result r = c.exec(
         "SELECT name, cron, time_zone, kind, encode(payload, 'hex'), priority, "
-        "array_to_json(tags)::text, max_attempts, timeout_ms, run_once, grace_ms, "
+        "array_to_string(tags, ','), max_attempts, timeout_ms, run_once, grace_ms, "
         "CASE WHEN next_at = 'infinity' THEN 0 ELSE floor(extract(epoch FROM next_at))::int8 END, "
         "coalesce(floor(extract(epoch FROM last_tick))::int8, 0), fired, missed, "
         "coalesce(error, '') FROM ax.schedules ORDER BY name");
@@ -164,7 +164,12 @@ inline std::vector<ScheduleInfo> list_schedules(detail::Connection& c) {
         s.spec.kind = std::string(r.text(i, 3));
         s.spec.payload = unhex(r.text(i, 4));
         s.spec.priority = static_cast<Priority>(r.int64(i, 5));
-        s.spec.tags = detail::parse_json_strings(r.text(i, 6));
+        // tags never hold a comma (valid_tag; the enqueue statements join them the same way)
+        for (std::string_view t = r.text(i, 6); !t.empty();) {
+            const std::size_t comma = std::min(t.find(','), t.size());
+            s.spec.tags.emplace_back(t.substr(0, comma));
+            t.remove_prefix(std::min(comma + 1, t.size()));
+        }
         s.spec.max_attempts = static_cast<int>(r.int64(i, 7));
         s.spec.timeout = std::chrono::milliseconds(r.int64(i, 8));
         s.spec.missed = r.boolean(i, 9) ? MissedTicks::run_once : MissedTicks::skip;
