@@ -15,9 +15,9 @@ endif()
 
 # header=include line=what the check must print
 set(cases
-    "pg/types.hpp|#include \"client.hpp\"|pg/types.hpp (layer 20) includes pg/client.hpp (layer 24): includes must go down"
+    "pg/types.hpp|#include \"client.hpp\"|pg/types.hpp (layer 20) includes pg/client.hpp (layer 25): includes must go down"
     "pg/detail/wire.hpp|#include \"../connection.hpp\"|pg/detail/wire.hpp (layer 20) includes pg/connection.hpp (layer 22)"
-    "pg/client.hpp|#include \"node.hpp\"|pg/client.hpp (layer 24) includes pg/node.hpp (layer 30)"
+    "pg/client.hpp|#include \"node.hpp\"|pg/client.hpp (layer 25) includes pg/node.hpp (layer 30)"
     "pg/json.hpp|#include <ax/http/json.hpp>|pg/json.hpp (pg) includes http/json.hpp (http)"
     "http/dashboard.hpp|#include \"../pg/types.hpp\"|http/dashboard.hpp (http) includes pg/types.hpp (pg)"
     "task.hpp|#include \"pg/types.hpp\"|task.hpp (core) includes pg/types.hpp (pg)")
