@@ -16,12 +16,20 @@
 //         [--priority high|normal|low] [--tags a,b] [--max-attempts N] [--timeout-ms N]
 //         [--missed skip|run_once] [--grace-s N]
 //   ax-pg [--db CONNINFO] schedules remove NAME...
+//   ax-pg [--db CONNINFO] serve [--host 127.0.0.1] [--port 8090] [--token T] [--read-only]
+//         [--statement-timeout-ms N] [--allow-origin O]... [--allow-host H]...
 //
 // Without --db the connection string comes from $AX_PG_CONNINFO, else libpq's defaults (PGHOST,
 // PGPORT, PGDATABASE, ...). Exit status: 0 ok, 1 a database error, 2 bad usage or input.
 
 #include <algorithm>
 #include <ax/pg/client.hpp>
+#ifdef AX_PG_CONSOLE
+#include <ax/console/console.hpp>
+#include <csignal>
+#include <pthread.h>
+#include <thread>
+#endif
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -51,6 +59,11 @@ int usage() {
                  "             [--max-attempts N] [--timeout-ms N] [--missed skip|run_once]\n"
                  "             [--grace-s N]\n"
                  "       ax-pg [--db CONNINFO] schedules remove NAME...\n"
+                 "       ax-pg [--db CONNINFO] serve [--host 127.0.0.1] [--port 8090] "
+                 "[--token T] [--read-only]\n"
+                 "             [--statement-timeout-ms N] [--allow-origin O]... "
+                 "[--allow-host H]...\n"
+                 "serve's token may come from $AX_CONSOLE_TOKEN instead (keeps it out of ps).\n"
                  "CONNINFO defaults to $AX_PG_CONNINFO, else libpq's PG* variables.\n");
     return 2;
 }
@@ -342,6 +355,106 @@ int schedules_command(ax::pg::Client& c, const std::vector<std::string>& args) {
     return usage();
 }
 
+// --- the cluster console
+
+/// `serve ...`: the console (include/ax/console/) until SIGINT or SIGTERM. Refuses a non-loopback
+/// address without a token, and a token under 16 bytes.
+int serve_command(const std::string& conninfo, const std::vector<std::string>& args) {
+#ifndef AX_PG_CONSOLE
+    (void)conninfo;
+    (void)args;
+    std::fprintf(stderr, "ax-pg: serve: this ax-pg was built without the console (ax::http's "
+                         "cpp-httplib and nlohmann-json were not found)\n");
+    return 2;
+#else
+    std::string host = "127.0.0.1";
+    int port = 8090;
+    ax::console::ConsoleOptions o;
+    if (const char* t = std::getenv("AX_CONSOLE_TOKEN"))
+        o.token = t;
+    for (std::size_t i = 1; i < args.size(); ++i) {
+        const std::string& a = args[i];
+        if (a == "--read-only") {
+            o.read_only = true;
+            continue;
+        }
+        if (i + 1 >= args.size())
+            throw std::invalid_argument("serve: " + a + " needs a value (or is unknown)");
+        const std::string& v = args[++i];
+        if (a == "--host")
+            host = v;
+        else if (a == "--port") {
+            const std::int64_t p = parse_id(v);
+            if (p > 65535)
+                throw std::invalid_argument("serve: --port " + v + ": must be 1..65535");
+            port = static_cast<int>(p);
+        } else if (a == "--token")
+            o.token = v;
+        else if (a == "--statement-timeout-ms")
+            o.statement_timeout = std::chrono::milliseconds(parse_id(v));
+        else if (a == "--allow-origin")
+            o.allowed_origins.push_back(v);
+        else if (a == "--allow-host")
+            o.allowed_hosts.push_back(v);
+        else
+            throw std::invalid_argument("serve: unknown option " + a);
+    }
+    const bool loopback = ax::console::is_loopback_host(host);
+    if (!loopback && o.token.empty())
+        throw std::invalid_argument("serve: refusing to listen on " + host +
+                                    " (not loopback) without a token: pass --token or set "
+                                    "AX_CONSOLE_TOKEN (at least 16 bytes)");
+    if (!loopback) {
+        // Reads carry payloads and errors: off loopback they need the token too, and the
+        // address itself is a name the console is reached by.
+        o.protect_reads = true;
+        if (host != "0.0.0.0" && host != "::")
+            o.allowed_hosts.push_back(ax::console::detail::host_name(host));
+    }
+    for (const auto& origin : o.allowed_origins) {
+        const auto at = origin.find("://");
+        if (at != std::string::npos)
+            o.allowed_hosts.push_back(ax::console::detail::host_name(origin.substr(at + 3)));
+    }
+    // SIGINT / SIGTERM are taken by a thread of their own (blocked here, before any thread
+    // starts, so every thread inherits the mask): it stops the server, and main returns.
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+    ax::console::Console console(conninfo, o);
+    httplib::Server server;
+    server.new_task_queue = [] { return new httplib::ThreadPool(4); };
+    server.set_payload_max_length(1 << 20); // above the console's own 64 KiB: its 413 names it
+    server.set_keep_alive_timeout(2);
+    console.mount(server);
+    if (!server.bind_to_port(host, port)) {
+        std::fprintf(stderr, "ax-pg: serve: cannot bind %s:%d\n", host.c_str(), port);
+        return 1;
+    }
+    std::thread stopper([&server, stop_signals] {
+        int sig = 0;
+        sigwait(&stop_signals, &sig);
+        server.stop();
+    });
+    std::printf("ax-pg: console on http://%s:%d/ (%s)\n",
+                host.find(':') != std::string::npos ? ("[" + host + "]").c_str() : host.c_str(),
+                port,
+                o.read_only       ? "read-only"
+                : o.token.empty() ? "read-only: no token configured"
+                                  : "actions need the token: open the page with #token=<token>");
+    std::fflush(stdout);
+    const bool ok = server.listen_after_bind();
+    if (stopper.joinable()) {
+        pthread_kill(stopper.native_handle(), SIGTERM);
+        stopper.join();
+    }
+    return ok ? 0 : 1;
+#endif
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -407,6 +520,8 @@ int main(int argc, char** argv) {
                 return rc;
             }
         }
+        if (cmd == "serve")
+            return serve_command(conninfo, args);
         if (cmd == "schedules" && args.size() >= 2) {
             ax::pg::Client c(conninfo);
             return schedules_command(c, args);

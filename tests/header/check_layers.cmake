@@ -3,7 +3,8 @@
 # is missing from the layer table (layers.cmake).
 # Usage: cmake -DAX_INCLUDE_DIR=<repo>/include/ax -P check_layers.cmake
 include(${CMAKE_CURRENT_LIST_DIR}/layers.cmake)
-foreach(entry IN LISTS AX_HEADER_LAYERS AX_PG_HEADER_LAYERS AX_HTTP_HEADER_LAYERS)
+foreach(entry IN LISTS AX_HEADER_LAYERS AX_PG_HEADER_LAYERS AX_HTTP_HEADER_LAYERS
+                       AX_CONSOLE_HEADER_LAYERS)
     string(REPLACE "=" ";" kv "${entry}")
     list(GET kv 0 name)
     list(GET kv 1 layer)
@@ -13,9 +14,10 @@ foreach(entry IN LISTS AX_HEADER_PARTS)
     set(part_${entry} TRUE)
 endforeach()
 
-# The part a header belongs to: pg, http, or core (include/ax/*.hpp, include/ax/detail/*.hpp).
+# The part a header belongs to: pg, http, console, or core (include/ax/*.hpp,
+# include/ax/detail/*.hpp).
 function(ax_part_of header out)
-    if(header MATCHES "^(pg|http)/")
+    if(header MATCHES "^(pg|http|console)/")
         set(${out} ${CMAKE_MATCH_1} PARENT_SCOPE)
     else()
         set(${out} core PARENT_SCOPE)
@@ -24,7 +26,8 @@ endfunction()
 
 file(GLOB top RELATIVE ${AX_INCLUDE_DIR} ${AX_INCLUDE_DIR}/*.hpp)
 file(GLOB det RELATIVE ${AX_INCLUDE_DIR} ${AX_INCLUDE_DIR}/detail/*.hpp)
-file(GLOB_RECURSE opt RELATIVE ${AX_INCLUDE_DIR} ${AX_INCLUDE_DIR}/pg/*.hpp ${AX_INCLUDE_DIR}/http/*.hpp)
+file(GLOB_RECURSE opt RELATIVE ${AX_INCLUDE_DIR} ${AX_INCLUDE_DIR}/pg/*.hpp ${AX_INCLUDE_DIR}/http/*.hpp
+     ${AX_INCLUDE_DIR}/console/*.hpp)
 list(SORT opt)
 set(errors "")
 set(checked 0)
@@ -52,7 +55,9 @@ foreach(h IN LISTS top det opt)
             string(APPEND errors "  ${h} includes ${target}, which is not in the layer table\n")
         elseif(h_part STREQUAL "core" AND NOT t_part STREQUAL "core")
             string(APPEND errors "  ${h} (core) includes ${target} (${t_part}): the core includes no optional part\n")
-        elseif(NOT t_part STREQUAL "core" AND NOT t_part STREQUAL h_part)
+        elseif(NOT t_part STREQUAL "core" AND NOT t_part STREQUAL h_part
+               AND NOT (h_part STREQUAL "console" AND t_part MATCHES "^(pg|http)$"))
+            # (the console sits above both pg and http: the layer rule below decides for it)
             string(APPEND errors "  ${h} (${h_part}) includes ${target} (${t_part}): a part includes the core and itself only\n")
         elseif(part_${h}>${target})
             continue() # a piece of h's own definition, included at its end
@@ -64,4 +69,4 @@ endforeach()
 if(errors)
     message(FATAL_ERROR "layer check failed:\n${errors}")
 endif()
-message(STATUS "layer check: ${checked} headers (core, pg, http), every include goes down a layer")
+message(STATUS "layer check: ${checked} headers (core, pg, http, console), every include goes down a layer")

@@ -20,7 +20,10 @@ set(cases
     "pg/client.hpp|#include \"node.hpp\"|pg/client.hpp (layer 25) includes pg/node.hpp (layer 30)"
     "pg/json.hpp|#include <ax/http/json.hpp>|pg/json.hpp (pg) includes http/json.hpp (http)"
     "http/dashboard.hpp|#include \"../pg/types.hpp\"|http/dashboard.hpp (http) includes pg/types.hpp (pg)"
-    "task.hpp|#include \"pg/types.hpp\"|task.hpp (core) includes pg/types.hpp (pg)")
+    "task.hpp|#include \"pg/types.hpp\"|task.hpp (core) includes pg/types.hpp (pg)"
+    "pg/client.hpp|#include <ax/console/console.hpp>|pg/client.hpp (pg) includes console/console.hpp (console)"
+    "http/metrics_server.hpp|#include <ax/console/page.hpp>|http/metrics_server.hpp (http) includes console/page.hpp (console)"
+    "console/page.hpp|#include \"console.hpp\"|console/page.hpp (layer 40) includes console/console.hpp (layer 41)")
 foreach(c IN LISTS cases)
     string(REPLACE "|" ";" parts "${c}")
     list(GET parts 0 header)

@@ -56,6 +56,8 @@ set(AX_PG_HEADER_LAYERS
     pg/connection.hpp=22
     pg/sql/client.hpp=23 pg/sql/enqueue.hpp=23 pg/detail/pipeline.hpp=23
     pg/sql/schedules.hpp=23 pg/sql/results.hpp=23
+    # the console's overview statements (over the client statements' tables)
+    pg/sql/overview.hpp=23
     # pause (over the pipeline), listing (over the client statements), enqueue on the caller's connection
     pg/sql/pause.hpp=24 pg/sql/tasks.hpp=24 pg/enqueue_on.hpp=24 pg/sql/node_statements.hpp=24
     pg/client.hpp=25 pg/pqxx.hpp=25
@@ -76,6 +78,13 @@ set(AX_PG_HEADER_LAYERS
 set(AX_HTTP_HEADER_LAYERS
     http/dashboard.hpp=20 http/event_log.hpp=20 http/json.hpp=20
     http/metrics_server.hpp=21)
+
+# ax::console (include/ax/console/, the cluster console of `ax-pg serve`): above both pg and
+# http, the one part that may include both (and the core). 40: the page (std only); 41: the
+# handlers, over ax::pg::Client and cpp-httplib. Neither pg nor http includes it.
+set(AX_CONSOLE_HEADER_LAYERS
+    console/page.hpp=40
+    console/console.hpp=41)
 
 # Parts: PARENT>PART lets PARENT include PART although PART's layer is higher, because PART is
 # a piece of PARENT's definition that PARENT includes at its end (PART includes PARENT first, so

@@ -54,6 +54,14 @@ struct MetricsServerOptions {
     /// (include/ax/pg/json.hpp). ax::http stays independent of ax::pg: the caller wires both.
     /// Text that is not a JSON object makes the request a 500 naming the parse error.
     std::function<std::string()> extra_json = {};
+    /// When set, called once while the server is built, after its own routes and before it
+    /// binds, to add routes of the caller's own to the same port (default empty: none), e.g.
+    /// the cluster console's `ax::console::Console::mount(server, "/console")`
+    /// (include/ax/console/console.hpp). The routes it adds must not take the server's own
+    /// paths (`/`, `/metrics`, `/snapshot.json`, `/healthz`: httplib serves the first match),
+    /// their handlers run on the server's threads, and what they capture must outlive the
+    /// MetricsServer.
+    std::function<void(httplib::Server&)> routes = {};
 };
 
 /// Serves, from a thread of its own:
@@ -201,6 +209,8 @@ class MetricsServer {
         server_->Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
             res.set_content("ok", "text/plain; charset=utf-8");
         });
+        if (options_.routes)
+            options_.routes(*server_);
         // Any other path (and any other method on a known one) gets httplib's default 404 / 405;
         // give every 404 a short body.
         server_->set_error_handler([](const httplib::Request&, httplib::Response& res) {

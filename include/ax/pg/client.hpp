@@ -8,10 +8,11 @@
 #include "schema.hpp"
 #include "sql/client.hpp"
 #include "sql/enqueue.hpp"
+#include "sql/overview.hpp"
 #include "sql/pause.hpp"
-#include "sql/tasks.hpp"
 #include "sql/results.hpp"
 #include "sql/schedules.hpp"
+#include "sql/tasks.hpp"
 #include "types.hpp"
 
 #include <chrono>
@@ -22,6 +23,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace ax::pg {
@@ -42,6 +44,12 @@ struct ClientOptions {
     /// small calls are cheaper as the one INSERT statement. Both are one transaction: all or
     /// nothing.
     std::size_t copy_min_tasks = 128;
+    /// When above zero, every statement of this client is cancelled by the server after this
+    /// long (`SET statement_timeout` on each connection it opens) and the call throws
+    /// ax::pg::Error naming the timeout (SQLSTATE 57014); the connection stays usable. Default 0:
+    /// no limit (the server's setting). A console or dashboard sets it so a slow query (a lock
+    /// wait, a scan of a huge table) cannot hold one of its threads; producers usually leave it.
+    std::chrono::milliseconds statement_timeout{0};
 };
 
 /// Producer and operator handle on the queue: one connection, used by one thread at a time.
@@ -59,7 +67,9 @@ class Client {
             throw std::invalid_argument("ax::pg::ClientOptions: max_payload_bytes = " +
                                         std::to_string(options_.max_payload_bytes) +
                                         ": must be at most 64 MiB");
-        conn_ = detail::Connection::open(conninfo_);
+        if (options_.statement_timeout.count() < 0)
+            throw std::invalid_argument("ax::pg::ClientOptions: statement_timeout must be >= 0");
+        conn_ = open_connection();
         if (options_.require_schema)
             detail::require_schema(conn_);
     }
@@ -254,10 +264,44 @@ class Client {
         return sql::task_details(connection(), id, preview_bytes);
     }
 
+    // --- the operator's overview (the console, include/ax/console/)
+
+    /// status() plus tasks by kind, what each node runs, the schedules and the last hour's
+    /// succeeded / failed / cancelled tasks per minute (Overview). Eight statements, each over
+    /// small tables or the last hour of the history and dead letters.
+    Overview overview() {
+        Overview o;
+        o.status = status();
+        o.kinds = sql::kind_counts(connection());
+        o.running = sql::node_running(connection());
+        o.schedules = schedules();
+        sql::minute_series(connection(), o);
+        return o;
+    }
+
+    /// "Retry now": a scheduled task (waiting out a delay or a retry's back-off) becomes
+    /// claimable at once and idle nodes are woken. False when `id` is not waiting for its time
+    /// (pending, claimed, finished, a dead letter (replay it), or unknown).
+    bool retry_now(std::int64_t id) { return sql::retry_now(connection(), id); }
+
+    /// Task `id`'s payload's first `max_bytes` bytes exactly as stored (binary safe) and its full
+    /// size; {"", -1} for a finished task (the history keeps no payload) or an unknown ID.
+    std::pair<std::string, std::int64_t> payload_preview(std::int64_t id, std::size_t max_bytes) {
+        return sql::payload_preview(connection(), id, max_bytes);
+    }
+
   private:
+    detail::Connection open_connection() {
+        detail::Connection c = detail::Connection::open(conninfo_);
+        if (options_.statement_timeout.count() > 0)
+            c.exec(("SET statement_timeout = " + std::to_string(options_.statement_timeout.count()))
+                       .c_str());
+        return c;
+    }
+
     detail::Connection& connection() {
         if (!conn_.ok()) {
-            conn_ = detail::Connection::open(conninfo_);
+            conn_ = open_connection();
             ++conn_generation_;
         }
         return conn_;
