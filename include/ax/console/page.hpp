@@ -37,13 +37,13 @@ h2{font-size:15px;margin:0 0 8px}
 .scroll{overflow-x:auto;max-width:100%}
 table{border-collapse:collapse;width:100%}
 th,td{text-align:left;padding:4px 6px;border-bottom:1px solid #eceff4;vertical-align:top;overflow-wrap:anywhere}
-th{font-size:12px;color:#5b6478;font-weight:600}
+th{font-size:12px;color:#5b6478;font-weight:600;white-space:nowrap;overflow-wrap:normal}
 tr.row{cursor:pointer}
 tr.row:hover{background:#eef3fb}
 form{display:flex;flex-wrap:wrap;gap:6px;align-items:end;margin-bottom:8px}
 label{display:flex;flex-direction:column;font-size:12px;color:#5b6478;min-width:0}
 input,select,button{font:inherit;padding:4px 6px;border:1px solid #c4cbd8;border-radius:4px;max-width:100%}
-button{background:#fff;cursor:pointer}
+button{background:#fff;cursor:pointer;white-space:nowrap}
 button.primary{background:#2457c5;color:#fff;border-color:#2457c5}
 button.danger{background:#b3261e;color:#fff;border-color:#b3261e}
 button:disabled{opacity:.45;cursor:default}
