@@ -17,7 +17,9 @@ packages=(
     # nlohmann-json: ax::http's JSON snapshot and event log (and the Prometheus API answers the
     # scrape test parses)
     nlohmann-json3-dev
-    # headless Chromium: test_dashboard loads the live dashboard page and takes its screenshot
+    # headless Chromium: test_dashboard loads the live dashboard page and takes its screenshot;
+    # pg_console_browser drives the cluster console through the DevTools protocol (with python3
+    # below and psql from postgresql above)
     chromium
     # promtool (checks the exposition format) and the Prometheus server the http tests scrape with
     prometheus
