@@ -7,6 +7,7 @@
 // tests/console/console_browser.py.
 
 #define CATCH_CONFIG_RUNNER
+#include <atomic>
 #include <ax/console/console.hpp>
 #include <ax/http/metrics_server.hpp>
 #include <catch2/catch.hpp>
@@ -890,6 +891,71 @@ TEST_CASE("console: mounted on a MetricsServer beside its routes", "[console_mou
     CHECK(dash->body.find("ax console") == std::string::npos); // the dashboard, untouched
     CHECK_THROWS_AS(con.mount(*std::make_unique<httplib::Server>(), "console/"),
                     std::invalid_argument);
+}
+
+TEST_CASE("console: concurrent actions and reads on a small pool, each task acted on once",
+          "[console_concurrency]") {
+    Db db("ax_console_concurrency");
+    constexpr int writers = 6, per_writer = 20;
+    std::vector<std::vector<std::int64_t>> ids(writers);
+    {
+        pg::Client cl(db.conninfo);
+        for (int w = 0; w < writers; ++w)
+            for (int i = 0; i < per_writer; ++i)
+                ids[static_cast<std::size_t>(w)].push_back(cl.enqueue({.kind = "race"}).id);
+    }
+    console::ConsoleOptions o = with_token();
+    o.pool_size = 2; // fewer connections kept than threads asking: extras open and close
+    Served s(db.conninfo, o);
+    std::atomic<int> bad{0}, cancelled{0}, reads{0};
+    std::atomic<bool> writing{true};
+    std::vector<std::thread> threads;
+    for (int w = 0; w < writers; ++w)
+        threads.emplace_back([&, w] {
+            auto c = s.client();
+            const auto& mine = ids[static_cast<std::size_t>(w)];
+            const auto& next = ids[static_cast<std::size_t>((w + 1) % writers)];
+            for (std::size_t i = 0; i < mine.size(); ++i) {
+                // Every task twice, from two writers: exactly one of them cancels it.
+                for (const std::int64_t target : {mine[i], next[i]}) {
+                    auto r = post(*c, "/api/action", cancel_body(target));
+                    if (!r || r->status != 200) {
+                        ++bad;
+                        continue;
+                    }
+                    const std::string res = json::parse(r->body)["results"][0]["result"];
+                    if (res == "cancelled")
+                        ++cancelled;
+                    else if (res != "finished")
+                        ++bad;
+                }
+            }
+        });
+    std::vector<std::thread> readers;
+    for (int r = 0; r < 2; ++r)
+        readers.emplace_back([&] {
+            auto c = s.client();
+            while (writing.load()) {
+                for (const char* path : {"/api/overview", "/api/tasks?kind=race&limit=200"}) {
+                    auto res = c->Get(path);
+                    if (!res || res->status != 200)
+                        ++bad;
+                    else
+                        ++reads;
+                }
+            }
+        });
+    for (auto& t : threads)
+        t.join();
+    writing = false;
+    for (auto& t : readers)
+        t.join();
+    CHECK(bad.load() == 0);
+    CHECK(cancelled.load() == writers * per_writer);
+    CHECK(reads.load() > 0);
+    CHECK(db.scalar("SELECT count(*) FROM ax.history WHERE kind = 'race' AND state = 2") ==
+          writers * per_writer);
+    CHECK(db.scalar("SELECT count(*) FROM ax.tasks") == 0);
 }
 
 int main(int argc, char** argv) {
