@@ -555,6 +555,46 @@ Sample post_ax(const Options& o) {
     return s;
 }
 
+/// post_ax() with post_many in batches of 256: the producer's side of a batch (one admission,
+/// the slots taken a chunk at a time, one chain appended) against single post()s, with the
+/// same single worker draining (it lags behind: the queue holds what it has not run yet).
+Sample post_many_ax(const Options& o) {
+    ax::Scheduler<> sched(fixed_config(1));
+    std::uint64_t refused = 0;
+    std::atomic<std::uint64_t> sink{0};
+    struct Hit {
+        std::atomic<std::uint64_t>* sink;
+        void operator()() const { sink->fetch_add(1, std::memory_order_relaxed); }
+    };
+    std::array<Hit, 256> batch;
+    batch.fill(Hit{&sink});
+    const Usage u0 = Usage::now();
+    const double rq0 = runqueue_wait_ns();
+    const auto t0 = Clock::now();
+    for (std::uint64_t i = 0; i < o.tasks;) {
+        const auto k = static_cast<std::size_t>(std::min<std::uint64_t>(256, o.tasks - i));
+        const auto r = sched.post_many(std::span<Hit>(batch.data(), k));
+        i += r.admitted.size();
+        if (!r.complete()) {
+            ++refused;
+            std::this_thread::yield();
+        }
+    }
+    const auto t1 = Clock::now();
+    const double rq1 = runqueue_wait_ns();
+    const Usage u1 = Usage::now();
+    wait_sink(sink, o.tasks);
+    Sample s;
+    const auto n = static_cast<double>(o.tasks);
+    s.value = n / std::chrono::duration<double>(t1 - t0).count() / 1e6;
+    s.cpu_ns = (u1.cpu_s - u0.cpu_s) * 1e9 / n;
+    s.vcsw_k = (u1.voluntary - u0.voluntary) * 1000.0 / n;
+    s.icsw_k = (u1.involuntary - u0.involuntary) * 1000.0 / n;
+    s.rq_ns = (rq1 - rq0) / n;
+    s.refused = refused;
+    return s;
+}
+
 Sample post_naive(const Options& o) {
     ax_bench::NaivePool pool(1);
     return post_rate(
@@ -971,6 +1011,12 @@ int run_table(int argc, char** argv) {
     if (o.wants("post")) {
         const std::string m = "post(), 1 producer, 1 worker draining";
         cases.push_back({m, "ax post()", true, Kind::throughput, [&o] { return post_ax(o); }, {}});
+        cases.push_back({m,
+                         "ax post_many() x256",
+                         true,
+                         Kind::throughput,
+                         [&o] { return post_many_ax(o); },
+                         {}});
         cases.push_back({m,
                          "mutex pool submit()",
                          false,

@@ -13,6 +13,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <stop_token>
 #include <string>
@@ -86,7 +87,102 @@ void check_causal(const std::vector<std::string>& ev) {
     }
 }
 
+/// The first break of causal order in one task's events, or empty: the terminal event last and
+/// once, and a timeout of attempt n after start/n and before exception/n.
+std::string causal_violation(const std::vector<std::string>& ev) {
+    if (ev.empty())
+        return "no events";
+    if (!terminal_event(ev.back()))
+        return "not last: terminal event";
+    if (std::count_if(ev.begin(), ev.end(), terminal_event) != 1)
+        return "terminal event twice";
+    for (std::size_t k = 0; k < ev.size(); ++k) {
+        if (ev[k].rfind("timeout/", 0) != 0)
+            continue;
+        const std::string n = ev[k].substr(8);
+        const auto at = ev.begin() + static_cast<std::ptrdiff_t>(k);
+        if (std::find(ev.begin(), at, "start/" + n) == at)
+            return "timeout/" + n + " before start/" + n;
+        if (std::find(ev.begin(), at, "exception/" + n) != at)
+            return "timeout/" + n + " after exception/" + n;
+    }
+    return {};
+}
+
 } // namespace
+
+TEST_CASE("Event order: exceptions racing timeouts, the failure path's hooks never precede the "
+          "timeout",
+          "[isolation][events]") {
+    // Eight bodies at a time that throw on their own (not asked to stop) just before or after
+    // their 1 ms timeout. The watchdog collects the running attempts, then flags them one by
+    // one, each flag calling a slow on_timeout hook (400 us): meanwhile the later ones throw and
+    // their worker reports on_exception (itself slow in the second round), so the watchdog's
+    // flag lands after the attempt's own events. Without the worker's commit point
+    // (concluding_bit) 10-25 of the 300 tasks came out of order in every run (a timeout after
+    // its exception, or after the terminal event); with it a timeout is either flagged before
+    // the worker concludes (and reported first) or not at all.
+    int bad = 0, tasks = 0, timeouts = 0;
+    std::string example;
+    for (const auto exception_nap : {0us, 1500us}) {
+        EventRecorder rec;
+        ax::Hooks hooks = rec.hooks(/*timeout_hook_nap=*/400us);
+        auto record_exception = hooks.on_exception;
+        hooks.on_exception = [record_exception, exception_nap](const ax::TaskEvent& e) {
+            record_exception(e);
+            if (exception_nap.count() != 0) // shipping it takes a while
+                std::this_thread::sleep_for(exception_nap);
+        };
+        std::vector<ax::TaskHandle<int>> handles;
+        {
+            ax::Config cfg;
+            cfg.dispatch_interval = 1ms;
+            cfg.watchdog_interval = 1ms;
+            cfg.min_workers = 8;
+            cfg.max_workers = 8;
+            cfg.retry_base_delay = 1ms;
+            cfg.retry_jitter = 1ms;
+            cfg.queue_capacity = 1024; // the whole burst at once
+            ax::Scheduler<> sched(cfg, hooks);
+            for (int i = 0; i < 150; ++i) {
+                const auto run_for = std::chrono::microseconds(900 + (i % 9) * 50);
+                auto h = sched.submit(
+                    [run_for, i]() -> int {
+                        const auto until = std::chrono::steady_clock::now() + run_for;
+                        while (std::chrono::steady_clock::now() < until) {
+                        }
+                        if (i % 5 == 4)
+                            return i; // a success racing its timeout
+                        throw std::runtime_error("downstream failed");
+                    },
+                    {.timeout = 1ms, .max_retries = i % 3});
+                REQUIRE(h);
+                handles.push_back(std::move(*h));
+            }
+            for (auto& h : handles)
+                REQUIRE(h.wait_for(30s));
+            REQUIRE(sched.shutdown(ax::ShutdownMode::drain, 30s));
+        }
+        const auto all = rec.events();
+        REQUIRE(all.size() == handles.size());
+        for (const auto& [id, ev] : all) {
+            ++tasks;
+            timeouts += static_cast<int>(std::count_if(
+                ev.begin(), ev.end(), [](const auto& e) { return e.rfind("timeout/", 0) == 0; }));
+            const std::string v = causal_violation(ev);
+            if (v.empty())
+                continue;
+            if (bad++ == 0) {
+                example = v + ":";
+                for (const auto& e : ev)
+                    example += " " + e;
+            }
+        }
+    }
+    INFO("tasks " << tasks << ", timeout events " << timeouts << ", out of order " << bad
+                  << "; first: " << example);
+    CHECK(bad == 0);
+}
 
 TEST_CASE("Event order: a timeout racing the attempt's end is never reported after the task's "
           "terminal event",
@@ -423,6 +519,65 @@ TEST_CASE("post_many admits a batch; partial takes the front that fits, all_or_n
     auto bad = q.sched.post_many(batch, {.group = ax::GroupId{9}});
     CHECK(bad.admitted.empty());
     CHECK(bad.error->code == ax::Errc::invalid_options);
+}
+
+namespace {
+/// A task whose move throws for one element of a batch (post_many moves each callable into its
+/// record).
+struct MoveThrows {
+    std::atomic<int>* ran;
+    int k;
+    int throw_at;
+    MoveThrows(std::atomic<int>* r, int i, int at) : ran(r), k(i), throw_at(at) {}
+    MoveThrows(MoveThrows&& o) : ran(o.ran), k(o.k), throw_at(o.throw_at) {
+        if (k == throw_at)
+            throw std::runtime_error("move failed");
+    }
+    MoveThrows(const MoveThrows&) = delete;
+    MoveThrows& operator=(const MoveThrows&) = delete;
+    MoveThrows& operator=(MoveThrows&&) = delete;
+    ~MoveThrows() = default;
+    void operator()() const { ran->fetch_add(1); }
+};
+} // namespace
+
+TEST_CASE("post_many: a move that throws mid-batch keeps the front, gives back the rest",
+          "[isolation][batch]") {
+    // The batch's slots are taken 64 at a time: element 70 throws in the second chunk, so the
+    // slots taken for 71..99 were never filled and must go back, as must the queue's places.
+    ax::Config cfg;
+    cfg.min_workers = 1;
+    cfg.max_workers = 1;
+    cfg.queue_capacity = 4096;
+    cfg.scale_out_when_saturated = false;
+    ax::Scheduler<> sched(cfg);
+    ax_test::Gate gate;
+    REQUIRE(sched.post([&] { gate.wait(); }));
+    REQUIRE(eventually([&] { return sched.metrics().queue_length_total == 0; }));
+    std::atomic<int> ran{0};
+    for (int round = 0; round < 3; ++round) { // the given-back slots serve the next rounds
+        std::vector<MoveThrows> batch;
+        batch.reserve(100);
+        for (int i = 0; i < 100; ++i)
+            batch.emplace_back(&ran, i, 70);
+        CHECK_THROWS_AS(sched.post_many(std::span<MoveThrows>(batch)), std::runtime_error);
+        CHECK(sched.metrics().queue_length_total == static_cast<std::uint32_t>(70 * (round + 1)));
+    }
+    std::vector<MoveThrows> whole;
+    whole.reserve(200);
+    for (int i = 0; i < 200; ++i)
+        whole.emplace_back(&ran, i, -1);
+    const auto r = sched.post_many(std::span<MoveThrows>(whole));
+    CHECK(r.complete());
+    CHECK(r.admitted.size() == 200);
+    gate.open();
+    REQUIRE(eventually([&] { return ran.load() == 3 * 70 + 200; }));
+    REQUIRE(sched.shutdown(ax::ShutdownMode::drain, 10s));
+    CHECK(ran.load() == 3 * 70 + 200);
+    const auto m = sched.metrics();
+    CHECK(m.queue_length_total == 0);
+    CHECK(m.totals.succeeded == 1 + 3 * 70 + 200);
+    CHECK(m.totals.submitted == 1 + 3 * 70 + 200);
 }
 
 TEST_CASE("post_many from racing producers: every task runs exactly once", "[isolation][batch]") {

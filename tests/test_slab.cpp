@@ -1,5 +1,6 @@
 // Unit tests for detail::TaskSlab (ax/detail/slab.hpp), the record manager (detail/callable.hpp)
 // and ax::TaskId.
+#include <algorithm>
 #include <atomic>
 #include <ax/detail/callable.hpp>
 #include <ax/detail/huge_region.hpp>
@@ -233,6 +234,40 @@ TEST_CASE("TaskSlab recycle destroys content and clears extras", "[slab]") {
     CHECK(r.extras->name.empty()); // ...but emptied
     CHECK(r.extras->last_error.empty());
     CHECK(r.extras->failures.empty());
+}
+
+TEST_CASE("TaskSlab::acquire_many takes distinct slots across refills and chunks; they come back",
+          "[slab]") {
+    auto slab = std::make_unique<TaskSlab>();
+    // More than a chunk in uneven takes: each crosses cache refills, the last a new chunk.
+    std::vector<std::uint32_t> all;
+    std::vector<std::uint32_t> buf(300);
+    while (all.size() < TaskSlab::chunk_size + 10) {
+        const auto want = static_cast<std::uint32_t>(
+            std::min<std::size_t>(buf.size(), TaskSlab::chunk_size + 10 - all.size()));
+        const std::uint32_t got = slab->acquire_many(buf.data(), want);
+        REQUIRE(got == want);
+        for (std::uint32_t k = 0; k < got; ++k) {
+            CHECK(slab->at(buf[k]).refs.load() == 0);
+            slab->at(buf[k]).refs.store(1, std::memory_order_relaxed);
+            all.push_back(buf[k]);
+        }
+    }
+    CHECK(std::set<std::uint32_t>(all.begin(), all.end()).size() == all.size());
+    CHECK(slab->capacity() == 2 * TaskSlab::chunk_size);
+    // Given back (as admit_many gives back the slots a throwing move left unfilled), they are
+    // taken again before the slab grows.
+    for (const auto i : all)
+        slab->release(i);
+    std::set<std::uint32_t> again;
+    while (again.size() < all.size()) {
+        const auto want = static_cast<std::uint32_t>(
+            std::min<std::size_t>(buf.size(), all.size() - again.size()));
+        REQUIRE(slab->acquire_many(buf.data(), want) == want);
+        again.insert(buf.begin(), buf.begin() + want);
+    }
+    CHECK(again.size() == all.size());
+    CHECK(slab->capacity() == 2 * TaskSlab::chunk_size);
 }
 
 TEST_CASE("TaskSlab: slots freed anywhere come back before the slab grows", "[slab]") {

@@ -58,4 +58,10 @@ TEST_CASE("Watchdog: no timeout, not running, or a cancel leaves the attempt alo
     // cancel, not the watchdog, owns its ending).
     CHECK(watchdog_verdict(running | ax::detail::cancel_requested_bit, 100, start, now, grace) ==
           WatchdogVerdict::none);
+    // The worker has the outcome and is concluding: no timeout (it would be reported after the
+    // attempt's own events) and no orphaning (the body has returned).
+    CHECK(watchdog_verdict(running | ax::detail::concluding_bit, 100, start, now, grace) ==
+          WatchdogVerdict::none);
+    CHECK(watchdog_verdict(running | ax::detail::concluding_bit | ax::detail::timed_out_bit, 100,
+                           start, now, grace) == WatchdogVerdict::none);
 }

@@ -62,6 +62,15 @@ inline constexpr std::uint32_t timeout_hook_bit = 1u << 15;
 /// parked, so a group's backlog never takes room from other groups. Cleared when the task starts;
 /// whoever ends it queued (start or cancel) gives the group's count back instead of the queue's.
 inline constexpr std::uint32_t parked_bit = 1u << 16;
+/// The attempt's worker has its outcome (the body returned or threw) and is concluding it:
+/// the watchdog no longer times the attempt out (watchdog_verdict answers none), so no timeout
+/// event can land between the worker's own events (exception, retry, dead letter, success).
+/// Set by one fetch_or in execute() only for a task with a timeout (the only kind the watchdog
+/// flags), never on a coroutine's suspension (the attempt goes on); cleared by the CAS that
+/// ends the attempt (waiting_retry keeps only sticky_bits, a terminal state none of it). Its
+/// fetch_or and the watchdog's CAS are ordered on the state word: either the watchdog flagged
+/// first (the worker sees timed_out_bit and waits for the on_timeout hook) or it flags nothing.
+inline constexpr std::uint32_t concluding_bit = 1u << 17;
 /// Bits that survive every non-terminal state change.
 inline constexpr std::uint32_t sticky_bits = has_waiter_bit | has_dependents_bit;
 
@@ -113,7 +122,7 @@ struct alignas(16) TaskRecord {
     Manager manager = nullptr;
     /// TaskState in the low byte, plus the flags above: cancel_requested_bit, has_waiter_bit,
     /// timed_out_bit, has_dependents_bit, ending_bit, forgotten_bit, resumed_bit,
-    /// timeout_hook_bit and parked_bit.
+    /// timeout_hook_bit, parked_bit and concluding_bit.
     std::atomic<std::uint32_t> state{0};
     /// Owners: the scheduler until the task leaves history, each handle, each transient pin.
     std::atomic<std::uint32_t> refs{0};

@@ -254,7 +254,12 @@ void SchedulerCore<Clock, Controller>::execute(std::uint32_t index, Worker& w, s
     if (a.destructor_error)
         note_destructor_error(r, a.destructor_error);
 
-    auto s = r.state.load(std::memory_order_acquire);
+    // The commit point against the watchdog: from here it flags nothing on this attempt, so
+    // every event below (on_exception first, called before any state change) follows a
+    // timeout flagged before it and precedes none. Only tasks with a timeout pay the RMW.
+    auto s = r.timeout_ms != 0
+                 ? r.state.fetch_or(concluding_bit, std::memory_order_acq_rel) | concluding_bit
+                 : r.state.load(std::memory_order_acquire);
     if ((s & timeout_hook_bit) != 0) [[unlikely]]
         s = await_timeout_hook(r);
     if (r.group != 0 && (s & cancel_requested_bit) == 0)

@@ -110,6 +110,29 @@ class TaskSlab {
         return index;
     }
 
+    /// acquire() for a batch (post_many): up to `n` free slots into `out` under one take of
+    /// this thread's cache lock (refilled as often as needed), where acquire() locks per slot.
+    /// Returns how many it took: fewer than `n` only when the slab is exhausted. The first
+    /// prefetch_ahead records are asked for; the caller asks for the rest as it fills them.
+    std::uint32_t acquire_many(std::uint32_t* out, std::uint32_t n) {
+        Cache& c = caches_[thread_stripe<cache_stripes>()];
+        std::lock_guard lock(c.lock);
+        std::uint32_t got = 0;
+        while (got < n) {
+            if (c.n == 0 && !refill(c))
+                break;
+            // The cache's top first, as acquire() takes them (most recently freed first).
+            const std::uint32_t take = c.n < n - got ? c.n : n - got;
+            for (std::uint32_t k = 0; k < take; ++k)
+                out[got + k] = c.slots[c.n - 1 - k];
+            c.n -= take;
+            got += take;
+        }
+        for (std::uint32_t k = 0; k < prefetch_ahead && k < got; ++k)
+            prefetch_record(at(out[k]));
+        return got;
+    }
+
     /// Drops one reference; the last one recycles the slot.
     void release(std::uint32_t index) noexcept {
         TaskRecord& r = at(index);

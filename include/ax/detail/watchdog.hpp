@@ -18,7 +18,7 @@ namespace ax::detail {
 
 /// What the watchdog does about one running attempt.
 enum class WatchdogVerdict : std::uint8_t {
-    none,     ///< Not running, no timeout, or still within it.
+    none,     ///< Not running, no timeout, still within it, or its worker is concluding it.
     time_out, ///< Quiet (no heartbeat) for longer than its timeout: set timed_out, request stop.
     orphan,   ///< Timed out and still quiet timeout_grace later: it ignores its stop.
 };
@@ -28,7 +28,9 @@ enum class WatchdogVerdict : std::uint8_t {
 inline WatchdogVerdict watchdog_verdict(std::uint32_t state, std::uint32_t timeout_ms,
                                         std::int64_t mark_ns, std::int64_t now,
                                         std::int64_t grace_ns) noexcept {
-    const bool running = (state & state_mask) == static_cast<std::uint32_t>(TaskState::running);
+    // A concluding attempt has its outcome: a timeout now would only be reported out of order.
+    const bool running = (state & state_mask) == static_cast<std::uint32_t>(TaskState::running) &&
+                         (state & concluding_bit) == 0;
     const std::int64_t limit = running ? std::int64_t{timeout_ms} * 1'000'000 : 0;
     const std::int64_t quiet = now - mark_ns;
     if (limit == 0)
