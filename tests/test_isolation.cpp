@@ -891,7 +891,11 @@ TEST_CASE("Coroutines: timed-out runs report the timeout before the task's end, 
             b.min_attempts = 1'000'000; // counts, never opens
             sched.set_group_breaker(g, b);
             for (int i = 0; i < 40; ++i) {
-                const auto run_for = std::chrono::microseconds(1000 + (i % 7) * 250);
+                // Every eighth task spins until the watchdog stops it (2 s at most), so a
+                // timeout is certain even when a loaded machine (TSan, CI) leaves the watchdog
+                // without CPU for the whole 1-2.5 ms of the others' runs.
+                const auto run_for =
+                    std::chrono::microseconds(i % 8 == 0 ? 2'000'000 : 1000 + (i % 7) * 250);
                 auto h = sched.submit(
                     [&sched, run_for, i](ax::TaskContext& ctx) -> ax::Task<int> {
                         const auto until = std::chrono::steady_clock::now() + run_for;
