@@ -354,8 +354,8 @@ BEGIN
         SELECT i, CASE WHEN jsonb_typeof(e) <> 'object' THEN 'not an object'
                        WHEN jsonb_typeof(e -> 'depends_on') NOT IN ('array', 'null') THEN 'depends_on must be an array of names'
                        WHEN jsonb_typeof(e -> 'tags') NOT IN ('array', 'null') THEN 'tags must be an array of strings'
-                       WHEN jsonb_typeof(e -> 'name') <> 'string' THEN 'name must be a string'
-                       WHEN jsonb_typeof(e -> 'kind') <> 'string' THEN 'kind must be a string'
+                       WHEN coalesce(jsonb_typeof(e -> 'name'), 'null') <> 'string' THEN 'name must be a string'
+                       WHEN coalesce(jsonb_typeof(e -> 'kind'), 'null') <> 'string' THEN 'kind must be a string'
                        WHEN jsonb_typeof(e -> 'payload') NOT IN ('string', 'null') THEN 'payload must be a string'
                        WHEN jsonb_typeof(e -> 'run_anyway') NOT IN ('boolean', 'null') THEN 'run_anyway must be true or false'
                   END AS why
