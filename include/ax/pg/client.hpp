@@ -228,11 +228,11 @@ class Client {
         return sql::flow_tasks(connection(), id);
     }
 
-    /// The outcomes of task `id`'s dependencies (its flow's), in the order declared: each one's
-    /// name and what Client::result says of it, results included. A handler calls it with its
-    /// job's ID (Job::id) on a Client of its own: a task runs only once all its dependencies
-    /// succeeded (or, run_anyway, ended), so their results are there. Empty for a task with no
-    /// dependencies or outside a flow. A dependency whose history was pruned
+    /// The outcomes of task `id`'s dependencies (its flow's), in the order the flow lists them:
+    /// each one's name and what Client::result says of it, results included. A handler calls it
+    /// with its job's ID (Job::id) on a Client of its own: a task runs only once all its
+    /// dependencies succeeded (or, run_anyway, ended), so their results are there. Empty for a task
+    /// with no dependencies or outside a flow. A dependency whose history was pruned
     /// (NodeOptions::history_retention) reads as discarded with the error "unknown: ...".
     std::vector<ParentResult> parent_results(std::int64_t id) {
         return sql::parent_results(connection(), id);

@@ -583,7 +583,7 @@ struct FlowTaskState {
     /// Why the flow cancelled it ("dependency 'a' (task 12) was dead-lettered", "cancelled by
     /// request"); empty when it did not.
     std::string reason;
-    /// Its dependencies' names, in the order given.
+    /// Its dependencies' names, in the order the flow lists them.
     std::vector<std::string> depends_on;
 };
 

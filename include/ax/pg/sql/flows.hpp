@@ -161,7 +161,8 @@ inline std::vector<FlowTaskState> flow_tasks(detail::Connection& c, std::int64_t
     return out;
 }
 
-/// Task `id`'s dependencies' outcomes in declared order (binary: results keep their bytes).
+/// Task `id`'s dependencies' outcomes in the order the flow lists them (binary: results keep their
+/// bytes).
 inline std::vector<ParentResult> parent_results(detail::Connection& c, std::int64_t id) {
     const std::string tid = std::to_string(id);
     const char* values[] = {tid.c_str()};

@@ -192,7 +192,11 @@ CREATE FUNCTION ax.enqueue_flow_arrays(p_flow text, p_names text[], p_kinds text
                                        p_run_anyway boolean[] DEFAULT NULL,
                                        p_dep_task integer[] DEFAULT NULL,
                                        p_dep_on text[] DEFAULT NULL)
-RETURNS TABLE (flow_id bigint, ord integer, name text, id bigint) LANGUAGE plpgsql AS $$
+RETURNS TABLE (flow_id bigint, ord integer, name text, id bigint) LANGUAGE plpgsql
+-- Every query here joins arrays of the whole flow, whose sizes the planner cannot see (it guesses
+-- 10 elements) and would nest loops over: 10,000 tasks took 28 s in the name lookup alone. Hash
+-- joins make each a linear pass.
+SET enable_nestloop = off AS $$
 #variable_conflict use_column
 DECLARE
     n integer := coalesce(cardinality(p_names), 0);
@@ -242,13 +246,19 @@ BEGIN
         RAISE EXCEPTION 'ax.enqueue_flow: task name % appears twice: names identify tasks in a flow',
             quote_literal(left(v_cycle, 40)) USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    -- Dependencies by name: unknown names, self-dependencies and positions out of range refused.
-    SELECT d.t, d.on_name, x.i INTO b
+    -- Dependencies by name, resolved in one hash join; unknown names, self-dependencies and
+    -- positions out of range refused (the first in input order). Duplicates stay: a dependent
+    -- then counts that dependency twice, and is counted down twice (children holds it twice).
+    SELECT coalesce(array_agg(d.t), '{}'), coalesce(array_agg(x.i), '{}'),
+           coalesce(bool_and(x.i < d.t), true),
+           min(d.k) FILTER (WHERE d.t IS NULL OR d.t NOT BETWEEN 1 AND n OR x.i IS NULL OR x.i = d.t)
+      INTO ec, ep, v_forward, v
       FROM unnest(p_dep_task, p_dep_on) WITH ORDINALITY AS d(t, on_name, k)
-      LEFT JOIN unnest(p_names) WITH ORDINALITY AS x(nm, i) ON x.nm = d.on_name
-     WHERE d.t IS NULL OR d.t NOT BETWEEN 1 AND n OR x.i IS NULL OR x.i = d.t
-     ORDER BY d.k LIMIT 1;
-    IF FOUND THEN
+      LEFT JOIN unnest(p_names) WITH ORDINALITY AS x(nm, i) ON x.nm = d.on_name;
+    IF v IS NOT NULL THEN
+        SELECT p_dep_task[v] AS t, p_dep_on[v] AS on_name,
+               (SELECT x.i FROM unnest(p_names) WITH ORDINALITY AS x(nm, i)
+                 WHERE x.nm = p_dep_on[v] LIMIT 1) AS i INTO b;
         IF b.t IS NULL OR b.t NOT BETWEEN 1 AND n THEN
             RAISE EXCEPTION 'ax.enqueue_flow: dependency of task position %: must be in 1..%', b.t, n
                 USING ERRCODE = 'invalid_parameter_value';
@@ -261,16 +271,12 @@ BEGIN
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
     END IF;
-    SELECT coalesce(array_agg(e.t ORDER BY e.i, e.t), '{}'), coalesce(array_agg(e.i ORDER BY e.i, e.t), '{}'),
-           coalesce(bool_and(e.i < e.t), true)
-      INTO ec, ep, v_forward
-      FROM (SELECT DISTINCT d.t, x.i
-              FROM unnest(p_dep_task, p_dep_on) AS d(t, on_name)
-              JOIN unnest(p_names) WITH ORDINALITY AS x(nm, i) ON x.nm = d.on_name) e;
     m := cardinality(ec);
     -- Every dependency listed before its dependent: no cycle is possible. Otherwise Kahn's
-    -- algorithm over the positions (ep is sorted by parent: its edges are one run each).
+    -- algorithm over the positions (edges sorted by parent first: each one's edges are a run).
     IF NOT v_forward THEN
+        SELECT array_agg(e.c ORDER BY e.p), array_agg(e.p ORDER BY e.p) INTO ec, ep
+          FROM unnest(ec, ep) AS e(c, p);
         indeg := array_fill(0, ARRAY[n]);
         outn := array_fill(0, ARRAY[n]);
         FOR j IN 1 .. m LOOP
@@ -316,7 +322,7 @@ BEGIN
       FROM unnest(p_names) WITH ORDINALITY AS x(nm, i)
       LEFT JOIN (SELECT e.c, array_agg(v_ids[e.p] ORDER BY e.p) AS ids
                    FROM unnest(ec, ep) AS e(c, p) GROUP BY e.c) pa ON pa.c = x.i
-      LEFT JOIN (SELECT e.p, array_agg(v_ids[e.c] ORDER BY e.c) AS ids
+      LEFT JOIN (SELECT e.p, array_agg(v_ids[e.c]) AS ids
                    FROM unnest(ec, ep) AS e(c, p) GROUP BY e.p) ch ON ch.p = x.i;
     INSERT INTO ax.flow_waiting (task_id, flow_id, kind, priority, payload, tags, max_attempts,
                                  timeout_ms, run_anyway, deps_left)
@@ -332,7 +338,8 @@ BEGIN
            coalesce(u.ma, 4), coalesce(u.tm, 0), v_flow
       FROM unnest(p_kinds, p_payloads, p_priorities, p_tags, p_max_attempts, p_timeout_ms)
            WITH ORDINALITY AS u(kind, pl, pr, tg, ma, tm, i)
-     WHERE u.i <> ALL (ec)
+      LEFT JOIN (SELECT DISTINCT e.c FROM unnest(ec) AS e(c)) d ON d.c = u.i
+     WHERE d.c IS NULL
      ORDER BY u.i;
     RETURN QUERY SELECT v_flow, x.i::integer, x.nm, v_ids[x.i]
                    FROM unnest(p_names) WITH ORDINALITY AS x(nm, i) ORDER BY x.i;
@@ -433,7 +440,7 @@ LANGUAGE sql STABLE AS $$
      GROUP BY fl.id, fl.name, fl.created_at, fl.tasks
      ORDER BY fl.id DESC $$;
 
--- The outcomes of task p_id's dependencies, in the order they were declared: name, ID, state
+-- The outcomes of task p_id's dependencies, in the order the flow lists them: name, ID, state
 -- (TaskState's value, as Client::result reads it), attempts, result (NULL: none), last error.
 CREATE FUNCTION ax.flow_parent_results(p_id bigint)
 RETURNS TABLE (name text, id bigint, state smallint, attempts integer, result bytea, error text)

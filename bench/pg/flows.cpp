@@ -1,0 +1,177 @@
+// Workflows' cost (issue 29; docs/bench/pg-flows.md), in one process against one server, the
+// sides alternating round by round so that drift and neighbours' load hit them alike:
+//   plain-off  N no-op tasks without dependencies (Client::enqueue_many), the flow triggers on
+//              ax.tasks disabled: the acknowledgement path exactly as before migration 10;
+//   plain-on   the same with the triggers enabled: what they cost tasks outside any flow;
+//   dag        the same N no-op tasks as one flow (Client::enqueue_flow): G groups, each a head
+//              fanning out to N/G - 2 steps that fan in to one tail.
+// Each side's time runs from the enqueue call to the moment the history holds all N tasks. In-
+// process nodes (ax::pg::Node) run the handler, which only counts.
+//
+//   ax_pg_flows CONNINFO [ROUNDS=5] [N=10000] [GROUPS=100] [NODES=2] [WORKERS=4]
+
+#include <algorithm>
+#include <atomic>
+#include <ax/pg/pg.hpp>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace pg = ax::pg;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+std::atomic<std::int64_t> g_ran{0};
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+/// Waits until the handlers ran `n` tasks and the history holds them all.
+void wait_done(pg::detail::Connection& db, std::int64_t n) {
+    while (g_ran.load() < n)
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+    while (db.exec("SELECT count(*) FROM ax.history").int64(0, 0) < n)
+        std::this_thread::sleep_for(std::chrono::microseconds(500));
+}
+
+void reset(pg::detail::Connection& db) {
+    db.exec("TRUNCATE ax.history, ax.flows, ax.flow_tasks, ax.flow_waiting");
+    g_ran.store(0);
+}
+
+void set_triggers(pg::detail::Connection& db, bool on) {
+    db.exec(on ? "ALTER TABLE ax.tasks ENABLE TRIGGER tasks_flow_note, "
+                 "ENABLE TRIGGER tasks_flow_settle"
+               : "ALTER TABLE ax.tasks DISABLE TRIGGER tasks_flow_note, "
+                 "DISABLE TRIGGER tasks_flow_settle");
+}
+
+double run_plain(pg::Client& c, pg::detail::Connection& db, std::size_t n) {
+    std::vector<pg::NewTask> tasks(n, pg::NewTask{.kind = "noop"});
+    const auto t0 = Clock::now();
+    c.enqueue_many(tasks);
+    wait_done(db, static_cast<std::int64_t>(n));
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+/// One no-op flow task (built field by field: GCC 12 -O3 misreads a nested designated
+/// initializer's vectors as uninitialized).
+pg::FlowTask noop_step(std::string_view name, std::vector<std::string_view> deps) {
+    pg::FlowTask t;
+    t.name = name;
+    t.task.kind = "noop";
+    t.depends_on = std::move(deps);
+    return t;
+}
+
+double run_dag(pg::Client& c, pg::detail::Connection& db, std::size_t n, std::size_t groups) {
+    const std::size_t per = n / groups; // head + steps + tail
+    std::vector<std::string> names;
+    names.reserve(n);
+    for (std::size_t g = 0; g < groups; ++g)
+        for (std::size_t i = 0; i < per; ++i)
+            names.push_back(std::to_string(g) + "." + std::to_string(i));
+    std::vector<pg::FlowTask> tasks;
+    tasks.reserve(n);
+    for (std::size_t g = 0; g < groups; ++g) {
+        const std::string& head = names[g * per];
+        tasks.push_back(noop_step(head, {}));
+        std::vector<std::string_view> steps;
+        for (std::size_t i = 1; i + 1 < per; ++i) {
+            tasks.push_back(noop_step(names[g * per + i], {head}));
+            steps.push_back(names[g * per + i]);
+        }
+        tasks.push_back(noop_step(names[g * per + per - 1], steps));
+    }
+    const auto t0 = Clock::now();
+    c.enqueue_flow("bench", tasks);
+    wait_done(db, static_cast<std::int64_t>(tasks.size()));
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    if (argc < 2) {
+        std::fprintf(stderr, "usage: ax_pg_flows CONNINFO [ROUNDS=5] [N=10000] [GROUPS=100] "
+                             "[NODES=2] [WORKERS=4]\n");
+        return 2;
+    }
+    const std::string conninfo = argv[1];
+    const int rounds = argc > 2 ? std::atoi(argv[2]) : 5;
+    const std::size_t n = argc > 3 ? std::stoul(argv[3]) : 10000;
+    const std::size_t groups = argc > 4 ? std::stoul(argv[4]) : 100;
+    const int nodes = argc > 5 ? std::atoi(argv[5]) : 2;
+    const std::uint32_t workers = argc > 6 ? static_cast<std::uint32_t>(std::atoi(argv[6])) : 4;
+    {
+        pg::Client m(conninfo, {.require_schema = false});
+        m.migrate();
+    }
+    pg::Client c(conninfo);
+    auto db = pg::detail::Connection::open(conninfo);
+    std::vector<std::unique_ptr<pg::Node>> running;
+    for (int i = 0; i < nodes; ++i) {
+        pg::NodeOptions o;
+        o.conninfo = conninfo;
+        o.name = "bench" + std::to_string(i);
+        o.scheduler.min_workers = workers;
+        o.scheduler.max_workers = workers;
+        running.push_back(std::make_unique<pg::Node>(o));
+        running.back()->handle("noop", [](pg::Job&) { g_ran.fetch_add(1); });
+        running.back()->start();
+    }
+    std::printf("ax_pg_flows: %zu tasks, %zu groups (head -> %zu steps -> tail), %d node(s) x %u "
+                "workers, %d rounds\n",
+                n, groups, n / groups - 2, nodes, workers, rounds);
+    // Warm-up: one of each.
+    reset(db);
+    run_plain(c, db, n);
+    reset(db);
+    run_dag(c, db, n, groups);
+    std::vector<double> off, on, dag;
+    for (int r = 0; r < rounds; ++r) {
+        // Alternate the order: even rounds off, on, dag; odd rounds dag, on, off.
+        auto side = [&](int k) {
+            reset(db);
+            if (k == 0) {
+                set_triggers(db, false);
+                off.push_back(run_plain(c, db, n));
+                set_triggers(db, true);
+            } else if (k == 1) {
+                on.push_back(run_plain(c, db, n));
+            } else {
+                dag.push_back(run_dag(c, db, n, groups));
+            }
+        };
+        for (int k = 0; k < 3; ++k)
+            side(r % 2 == 0 ? k : 2 - k);
+        std::printf("round %d: plain-off %.3f s  plain-on %.3f s  dag %.3f s\n", r + 1, off.back(),
+                    on.back(), dag.back());
+        std::fflush(stdout);
+    }
+    const double mo = median(off), mn = median(on), md = median(dag);
+    std::printf("\n| side | median s | tasks/s | vs plain-on |\n|---|---:|---:|---:|\n");
+    std::printf("| plain-off (flow triggers disabled) | %.3f | %.0f | %.3f |\n", mo,
+                static_cast<double>(n) / mo, mo / mn);
+    std::printf("| plain-on (flow triggers enabled) | %.3f | %.0f | 1.000 |\n", mn,
+                static_cast<double>(n) / mn);
+    std::printf("| dag (one flow, %zu x fan-out %zu / fan-in) | %.3f | %.0f | %.3f |\n", groups,
+                n / groups - 2, md, static_cast<double>(n) / md, md / mn);
+    std::printf("\nnon-flow trigger cost: plain-on / plain-off = %.3f (per-round ratios:", mn / mo);
+    for (std::size_t i = 0; i < on.size(); ++i)
+        std::printf(" %.3f", on[i] / off[i]);
+    std::printf(")\ndag / plain-on = %.3f (per-round:", md / mn);
+    for (std::size_t i = 0; i < on.size(); ++i)
+        std::printf(" %.3f", dag[i] / on[i]);
+    std::printf(")\n");
+    for (auto& nd : running)
+        nd->stop();
+    return 0;
+}
