@@ -1,7 +1,7 @@
 // Workflows' cost (issue 29; docs/bench/pg-flows.md), in one process against one server, the
 // sides alternating round by round so that drift and neighbours' load hit them alike:
 //   plain-off  N no-op tasks without dependencies (Client::enqueue_many), the flow triggers on
-//              ax.tasks disabled: the acknowledgement path exactly as before migration 10;
+//              ax.history and ax.dead_letters disabled: the ending statements as before v10;
 //   plain-on   the same with the triggers enabled: what they cost tasks outside any flow;
 //   dag        the same N no-op tasks as one flow (Client::enqueue_flow): G groups, each a head
 //              fanning out to N/G - 2 steps that fan in to one tail.
@@ -48,10 +48,10 @@ void reset(pg::detail::Connection& db) {
 }
 
 void set_triggers(pg::detail::Connection& db, bool on) {
-    db.exec(on ? "ALTER TABLE ax.tasks ENABLE TRIGGER tasks_flow_note, "
-                 "ENABLE TRIGGER tasks_flow_settle"
-               : "ALTER TABLE ax.tasks DISABLE TRIGGER tasks_flow_note, "
-                 "DISABLE TRIGGER tasks_flow_settle");
+    db.exec(on ? "ALTER TABLE ax.history ENABLE TRIGGER history_flow_settle; "
+                 "ALTER TABLE ax.dead_letters ENABLE TRIGGER dead_letters_flow_settle"
+               : "ALTER TABLE ax.history DISABLE TRIGGER history_flow_settle; "
+                 "ALTER TABLE ax.dead_letters DISABLE TRIGGER dead_letters_flow_settle");
 }
 
 double run_plain(pg::Client& c, pg::detail::Connection& db, std::size_t n) {
@@ -100,19 +100,20 @@ double run_dag(pg::Client& c, pg::detail::Connection& db, std::size_t n, std::si
 }
 
 /// The acknowledgement statement alone (schema.hpp's ack_sql, prepared), on tasks outside any
-/// flow, with the flow triggers disabled and enabled, alternating: 20 000 tasks marked claimed
+/// flow, with the flow triggers disabled and enabled, alternating: 100 000 tasks marked claimed
 /// by a made-up node, acknowledged 200 per statement from one connection. Prints the medians.
 void ack_bench(pg::detail::Connection& db, int rounds) {
     std::string prepare = "PREPARE ack_bench (int8, int8[]) AS ";
     prepare += pg::detail::ack_sql;
     db.exec(prepare.c_str());
-    const std::size_t n = 20000, per = 200;
+    const std::size_t n = 100000, per = 200;
     auto one = [&](bool triggers) {
         set_triggers(db, triggers);
         db.exec("TRUNCATE ax.history");
-        pg::detail::Result r = db.exec("WITH i AS (INSERT INTO ax.tasks (kind, node_id) SELECT "
-                                       "'ackbench', -1 FROM generate_series(1, 20000) RETURNING id) "
-                                       "SELECT min(id) FROM i");
+        pg::detail::Result r =
+            db.exec("WITH i AS (INSERT INTO ax.tasks (kind, node_id) SELECT "
+                    "'ackbench', -1 FROM generate_series(1, 100000) RETURNING id) "
+                    "SELECT min(id) FROM i");
         const std::int64_t first = r.int64(0, 0);
         db.exec("VACUUM ANALYZE ax.tasks");
         const auto t0 = Clock::now();
@@ -143,9 +144,10 @@ void ack_bench(pg::detail::Connection& db, int rounds) {
             off.push_back(one(false));
         }
     }
-    std::printf("\nacknowledgement statement alone, 20000 tasks outside any flow, 200 per "
-                "statement, %d rounds:\n| flow triggers | median s | µs per task |\n|---|---:|---:|\n",
-                rounds);
+    std::printf(
+        "\nacknowledgement statement alone, 100000 tasks outside any flow, 200 per "
+        "statement, %d rounds:\n| flow triggers | median s | µs per task |\n|---|---:|---:|\n",
+        rounds);
     std::printf("| disabled | %.3f | %.2f |\n| enabled | %.3f | %.2f |\n", median(off),
                 median(off) * 1e6 / static_cast<double>(n), median(on),
                 median(on) * 1e6 / static_cast<double>(n));

@@ -7,22 +7,16 @@
 //
 // A flow is a graph of tasks enqueued in one call (ax.enqueue_flow). A task whose dependencies
 // have not all ended waits in ax.flow_waiting, outside ax.tasks: the claim never sees it and is
-// unchanged. A flow task that runs carries its flow's ID in ax.tasks.flow_id (NULL for every other
-// task). When flow tasks end (acknowledged, cancelled, dead-lettered: every ending deletes the
-// live row), a row trigger whose WHEN clause is false for every task outside a flow notes their
-// IDs (a transaction-local setting), and a statement trigger settles all the noted tasks of the
-// statement at once (ax.flow_settle: a few set statements per acknowledgement, not per task). An
-// acknowledgement without flow tasks pays one statement trigger call per statement that finds
-// the setting empty. docs/distributed.md "Workflows" explains the design.
+// unchanged, and ax.tasks is not altered. Every ending of a task writes a row of ax.history or
+// ax.dead_letters; a statement trigger on each (with the statement's new rows as a transition
+// table, which the insert already holds) settles the flow tasks among them at once
+// (ax.flow_settle: a few set statements per acknowledgement, not per task). While no flow task
+// waits, the trigger returns after one look at the empty ax.flow_waiting.
 
 namespace ax::pg::sql::migrations {
 
 /// Migration 10's SQL (several statements, run by the simple protocol).
 inline constexpr const char* v10 = R"SQL(
--- The flow a running flow task belongs to; NULL for every other task (nullable without a
--- default: no rewrite of the rows already there).
-ALTER TABLE ax.tasks ADD COLUMN flow_id bigint;
-
 CREATE TABLE ax.flows (
     id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     name       text    NOT NULL,
@@ -57,11 +51,13 @@ CREATE TABLE ax.flow_waiting (
     enqueued_at  timestamptz NOT NULL DEFAULT now()
 );
 
--- Waiting tasks whose dependencies ended: cancels those a dependency that did not succeed ends
--- (unless run_anyway), releases those with no dependency left, and repeats for the tasks it
--- cancelled. Each round is a few set statements, whatever the number of tasks. The dependents
--- are locked in ID order, so acknowledgements racing on the same fan-in task never deadlock.
-CREATE FUNCTION ax.flow_settle(p_ended bigint[]) RETURNS void LANGUAGE plpgsql AS $$
+-- Flow tasks ended (p_how: NULL for a success, else how it ended, e.g. 'was dead-lettered';
+-- tasks outside any flow are ignored): cancels the waiting dependents that a dependency that did
+-- not succeed ends (unless run_anyway), with the reason; counts the others down and releases
+-- those with no dependency left into ax.tasks (same ID); repeats for the tasks it cancelled. Each
+-- round is a few set statements, whatever the number of tasks. The dependents are locked in ID
+-- order, so acknowledgements racing on the same fan-in task never deadlock.
+CREATE FUNCTION ax.flow_settle(p_ended bigint[], p_how text[]) RETURNS void LANGUAGE plpgsql AS $$
 DECLARE v_child bigint[]; v_n integer[]; v_why text[]; v_ready bigint[];
 BEGIN
     WHILE cardinality(p_ended) > 0 LOOP
@@ -69,18 +65,11 @@ BEGIN
                array_agg(x.why ORDER BY x.ch)
           INTO v_child, v_n, v_why
           FROM (SELECT c.ch, count(*)::integer AS n,
-                       min(CASE WHEN b.how IS NOT NULL THEN 'dependency ' || quote_literal(f.name)
-                                || ' (task ' || f.task_id || ') ' || b.how END) AS why
-                  FROM ax.flow_tasks f
+                       min(CASE WHEN e.how IS NOT NULL THEN 'dependency ' || quote_literal(f.name)
+                                || ' (task ' || f.task_id || ') ' || e.how END) AS why
+                  FROM unnest(p_ended, p_how) AS e(id, how)
+                  JOIN ax.flow_tasks f ON f.task_id = e.id
                   CROSS JOIN LATERAL unnest(f.children) AS c(ch)
-                  LEFT JOIN (SELECT d.id, 'was dead-lettered' AS how FROM ax.dead_letters d
-                              WHERE d.id = ANY (p_ended)
-                             UNION ALL
-                             SELECT h.id, CASE h.state WHEN 2 THEN 'was cancelled'
-                                                       ELSE 'was discarded' END
-                               FROM ax.history h WHERE h.state <> 1 AND h.id = ANY (p_ended)) b
-                         ON b.id = f.task_id
-                 WHERE f.task_id = ANY (p_ended) AND cardinality(f.children) > 0
                  GROUP BY c.ch) x;
         EXIT WHEN v_child IS NULL;
         PERFORM 1 FROM ax.flow_waiting WHERE task_id = ANY (v_child) ORDER BY task_id FOR UPDATE;
@@ -93,6 +82,7 @@ BEGIN
                  h AS (INSERT INTO ax.history (id, kind, priority, state, attempts, enqueued_at)
                        SELECT task_id, kind, priority, 2, 0, enqueued_at FROM d)
             SELECT coalesce(array_agg(task_id), '{}') INTO p_ended FROM d;
+            p_how := array_fill('was cancelled'::text, ARRAY[cardinality(p_ended)]);
         END IF;
         WITH u AS (UPDATE ax.flow_waiting w SET deps_left = w.deps_left - u.n
                      FROM unnest(v_child, v_n) AS u(ch, n)
@@ -102,37 +92,40 @@ BEGIN
         IF v_ready IS NOT NULL THEN
             WITH r AS (DELETE FROM ax.flow_waiting w WHERE w.task_id = ANY (v_ready) RETURNING w.*)
             INSERT INTO ax.tasks (id, kind, priority, payload, tags, max_attempts, timeout_ms,
-                                  enqueued_at, flow_id)
-            SELECT task_id, kind, priority, payload, tags, max_attempts, timeout_ms, enqueued_at,
-                   flow_id
+                                  enqueued_at)
+            SELECT task_id, kind, priority, payload, tags, max_attempts, timeout_ms, enqueued_at
               FROM r;
         END IF;
     END LOOP;
 END $$;
 
--- The row trigger notes a flow task's ending (its WHEN clause keeps every other task out, so
--- they queue no trigger event at all); the statement trigger settles what its statement noted.
-CREATE FUNCTION ax.flow_note_ended() RETURNS trigger LANGUAGE plpgsql AS $$
+-- After a statement that ended tasks (history or dead letters; `ended` holds its new rows):
+-- while no flow task waits, one look at the empty ax.flow_waiting and nothing else; otherwise
+-- one ax.flow_settle call for the statement's tasks. Inserts made by ax.flow_settle itself (the
+-- tasks it cancels, trigger depth 2) are settled by its own loop, not again here.
+CREATE FUNCTION ax.flow_settle_ended() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE v_ids bigint[]; v_how text[];
 BEGIN
-    PERFORM set_config('ax.flow_ended',
-                       coalesce(current_setting('ax.flow_ended', true), '') || OLD.id || ',', true);
+    IF pg_trigger_depth() > 1 OR NOT EXISTS (SELECT 1 FROM ax.flow_waiting) THEN
+        RETURN NULL;
+    END IF;
+    IF TG_TABLE_NAME = 'history' THEN
+        SELECT array_agg(e.id), array_agg(CASE e.state WHEN 1 THEN NULL WHEN 2 THEN 'was cancelled'
+                                                       ELSE 'was discarded' END)
+          INTO v_ids, v_how FROM ended e;
+    ELSE
+        SELECT array_agg(e.id), array_agg('was dead-lettered'::text) INTO v_ids, v_how FROM ended e;
+    END IF;
+    PERFORM ax.flow_settle(v_ids, v_how);
     RETURN NULL;
 END $$;
-CREATE FUNCTION ax.flow_settle_noted() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE v text := current_setting('ax.flow_ended', true);
-BEGIN
-    IF v IS NULL OR v = '' THEN RETURN NULL; END IF;
-    PERFORM set_config('ax.flow_ended', '', true);
-    PERFORM ax.flow_settle(string_to_array(rtrim(v, ','), ',')::bigint[]);
-    RETURN NULL;
-END $$;
-CREATE TRIGGER tasks_flow_note AFTER DELETE ON ax.tasks
-    FOR EACH ROW WHEN (OLD.flow_id IS NOT NULL) EXECUTE FUNCTION ax.flow_note_ended();
-CREATE TRIGGER tasks_flow_settle AFTER DELETE ON ax.tasks
-    FOR EACH STATEMENT EXECUTE FUNCTION ax.flow_settle_noted();
+CREATE TRIGGER history_flow_settle AFTER INSERT ON ax.history REFERENCING NEW TABLE AS ended
+    FOR EACH STATEMENT EXECUTE FUNCTION ax.flow_settle_ended();
+CREATE TRIGGER dead_letters_flow_settle AFTER INSERT ON ax.dead_letters
+    REFERENCING NEW TABLE AS ended FOR EACH STATEMENT EXECUTE FUNCTION ax.flow_settle_ended();
 
--- Cancels waiting flow tasks (never started: attempts 0), records p_reason, and settles their
--- dependents. Returns how many it cancelled.
+-- Cancels waiting flow tasks (never started: attempts 0) and records p_reason; the history
+-- trigger settles their dependents. Returns how many it cancelled.
 CREATE FUNCTION ax.flow_cancel_waiting(p_ids bigint[], p_reason text) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE v_done bigint[];
@@ -144,7 +137,6 @@ BEGIN
          h AS (INSERT INTO ax.history (id, kind, priority, state, attempts, enqueued_at)
                SELECT task_id, kind, priority, 2, 0, enqueued_at FROM d)
     SELECT coalesce(array_agg(task_id), '{}') INTO v_done FROM d;
-    PERFORM ax.flow_settle(v_done);
     RETURN cardinality(v_done);
 END $$;
 
@@ -332,10 +324,10 @@ BEGIN
       FROM unnest(p_kinds, p_payloads, p_priorities, p_tags, p_max_attempts, p_timeout_ms,
                   p_run_anyway) WITH ORDINALITY AS u(kind, pl, pr, tg, ma, tm, ra, i)
       JOIN (SELECT e.c, count(*)::integer AS k FROM unnest(ec) AS e(c) GROUP BY e.c) d ON d.c = u.i;
-    INSERT INTO ax.tasks (id, kind, priority, payload, tags, max_attempts, timeout_ms, flow_id)
+    INSERT INTO ax.tasks (id, kind, priority, payload, tags, max_attempts, timeout_ms)
     SELECT v_ids[u.i], u.kind, coalesce(u.pr, 1), coalesce(u.pl, ''),
            CASE WHEN coalesce(u.tg, '') = '' THEN '{}'::text[] ELSE string_to_array(u.tg, ',') END,
-           coalesce(u.ma, 4), coalesce(u.tm, 0), v_flow
+           coalesce(u.ma, 4), coalesce(u.tm, 0)
       FROM unnest(p_kinds, p_payloads, p_priorities, p_tags, p_max_attempts, p_timeout_ms)
            WITH ORDINALITY AS u(kind, pl, pr, tg, ma, tm, i)
       LEFT JOIN (SELECT DISTINCT e.c FROM unnest(ec) AS e(c)) d ON d.c = u.i
