@@ -16,9 +16,11 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <thread>
+#include <unistd.h>
 #include <vector>
 
 namespace pg = ax::pg;
@@ -99,6 +101,28 @@ double run_dag(pg::Client& c, pg::detail::Connection& db, std::size_t n, std::si
     return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+/// CPU seconds (user + system) the server process `pid` has used so far, from /proc (the
+/// server runs on this machine in scripts/bench-flows.sh): a backend's CPU time moves far less
+/// with the neighbours' load than wall time does. -1 where /proc cannot tell.
+double backend_cpu_s(long pid) {
+    std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
+    if (f == nullptr)
+        return -1;
+    char buf[1024];
+    const std::size_t got = std::fread(buf, 1, sizeof buf - 1, f);
+    std::fclose(f);
+    buf[got] = '\0';
+    const char* p = std::strrchr(buf, ')'); // the command name may hold spaces
+    if (p == nullptr)
+        return -1;
+    unsigned long long utime = 0, stime = 0;
+    // After ") ": state, then fields 4..13, then utime (14) and stime (15).
+    if (std::sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime,
+                    &stime) != 2)
+        return -1;
+    return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
 /// The acknowledgement statement alone (schema.hpp's ack_sql, prepared), on tasks outside any
 /// flow, with the flow triggers disabled and enabled, alternating: 100 000 tasks marked claimed
 /// by a made-up node, acknowledged 200 per statement from one connection. Prints the medians.
@@ -107,6 +131,8 @@ void ack_bench(pg::detail::Connection& db, int rounds) {
     prepare += pg::detail::ack_sql;
     db.exec(prepare.c_str());
     const std::size_t n = 100000, per = 200;
+    const long pid = static_cast<long>(db.exec("SELECT pg_backend_pid()").int64(0, 0));
+    std::vector<double> cpu_off, cpu_on;
     auto one = [&](bool triggers) {
         set_triggers(db, triggers);
         db.exec("TRUNCATE ax.history");
@@ -116,6 +142,7 @@ void ack_bench(pg::detail::Connection& db, int rounds) {
                     "SELECT min(id) FROM i");
         const std::int64_t first = r.int64(0, 0);
         db.exec("VACUUM ANALYZE ax.tasks");
+        const double c0 = backend_cpu_s(pid);
         const auto t0 = Clock::now();
         for (std::size_t b = 0; b < n; b += per) {
             // Appended piece by piece: GCC 12's -Wrestrict misfires on `"x" + std::string` at -O3.
@@ -129,12 +156,15 @@ void ack_bench(pg::detail::Connection& db, int rounds) {
             db.exec(sql.c_str());
         }
         const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+        (triggers ? cpu_on : cpu_off).push_back(backend_cpu_s(pid) - c0);
         set_triggers(db, true);
         return s;
     };
     std::vector<double> off, on;
     one(false); // warm-up
     one(true);
+    cpu_off.clear();
+    cpu_on.clear();
     for (int r = 0; r < rounds; ++r) {
         if (r % 2 == 0) {
             off.push_back(one(false));
@@ -154,6 +184,11 @@ void ack_bench(pg::detail::Connection& db, int rounds) {
     std::printf("enabled / disabled = %.3f (per-round:", median(on) / median(off));
     for (std::size_t i = 0; i < on.size(); ++i)
         std::printf(" %.3f", on[i] / off[i]);
+    std::printf(")\nserver CPU of the acknowledging backend (/proc): disabled %.3f s, enabled %.3f "
+                "s, enabled / disabled = %.3f (per-round:",
+                median(cpu_off), median(cpu_on), median(cpu_on) / median(cpu_off));
+    for (std::size_t i = 0; i < cpu_on.size(); ++i)
+        std::printf(" %.3f", cpu_on[i] / cpu_off[i]);
     std::printf(")\n");
 }
 
