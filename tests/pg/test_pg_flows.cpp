@@ -238,6 +238,13 @@ TEST_CASE("flows: a failed or cancelled dependency cancels its dependents, run_a
     std::vector<pg::FlowTask> h = {step("p", {}, "sleep:300"), step("q", {"p"}), step("r", {"q"}),
                                    step("s", {"p"})};
     const auto f2 = c.enqueue_flow("cancelled", h);
+    // A dead letter discarded (or replayed) later does not count for its dependents twice: z
+    // runs anyway after a, but not before w ended.
+    std::vector<pg::FlowTask> late = {step("a", {}, "fail"), step("w", {}, "sleep:800"),
+                                      step("z", {"a", "w"})};
+    late[0].task.max_attempts = 1;
+    late[2].run_anyway = true;
+    const auto f3 = c.enqueue_flow("discarded", late);
     CHECK(c.cancel(f2.ids[1]) == pg::CancelResult::cancelled);
     CHECK(c.result(f2.ids[2])->state == pg::TaskState::cancelled);
 
@@ -250,6 +257,9 @@ TEST_CASE("flows: a failed or cancelled dependency cancels its dependents, run_a
         },
         60s));
     CHECK(c.cancel(f.ids[5]) == pg::CancelResult::cancelled); // k: waiting for y
+    REQUIRE(wait_until([&] { return c.result(f3.ids[0])->state == pg::TaskState::dead_lettered; },
+                       60s));
+    CHECK(c.discard_dead_letter(f3.ids[0]));
     REQUIRE(wait_until([&] { return all_finished(c); }, 60s));
 
     auto state_of = [&](const pg::FlowEnqueued& fl, std::size_t i) {
@@ -275,6 +285,8 @@ TEST_CASE("flows: a failed or cancelled dependency cancels its dependents, run_a
     CHECK(state_of(f2, 2).reason ==
           "dependency 'q' (task " + std::to_string(f2.ids[1]) + ") was cancelled");
     CHECK(state_of(f2, 3).state == "succeeded");
+    CHECK(state_of(f3, 0).state == "discarded");
+    CHECK(state_of(f3, 2).state == "succeeded");
     // Never started: b, c, k, q, r.
     for (auto id : {f.ids[1], f.ids[2], f.ids[5], f2.ids[1], f2.ids[2]})
         CHECK(db.scalar("SELECT count(*) FROM flow_log WHERE task_id = " + std::to_string(id)) ==

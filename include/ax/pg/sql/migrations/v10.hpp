@@ -72,6 +72,13 @@ BEGIN
                   CROSS JOIN LATERAL unnest(f.children) AS c(ch)
                  GROUP BY c.ch) x;
         EXIT WHEN v_child IS NULL;
+        -- A dead letter may come back (replayed, then ending again; or discarded, a history row
+        -- of its own): its dependents were settled now, once, so it forgets them.
+        IF array_position(p_how, 'was dead-lettered') IS NOT NULL THEN
+            UPDATE ax.flow_tasks f SET children = '{}'
+              FROM unnest(p_ended, p_how) AS e(id, how)
+             WHERE f.task_id = e.id AND e.how = 'was dead-lettered';
+        END IF;
         PERFORM 1 FROM ax.flow_waiting WHERE task_id = ANY (v_child) ORDER BY task_id FOR UPDATE;
         p_ended := '{}';
         IF EXISTS (SELECT 1 FROM unnest(v_why) w WHERE w IS NOT NULL) THEN
