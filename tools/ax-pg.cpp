@@ -18,6 +18,8 @@
 //   ax-pg [--db CONNINFO] schedules remove NAME...
 //   ax-pg [--db CONNINFO] serve [--host 127.0.0.1] [--port 8090] [--token T] [--read-only]
 //         [--statement-timeout-ms N] [--allow-origin O]... [--allow-host H]...
+//   ax-pg [--db CONNINFO] flows list [LIMIT]
+//   ax-pg [--db CONNINFO] flows show ID
 //
 // Without --db the connection string comes from $AX_PG_CONNINFO, else libpq's defaults (PGHOST,
 // PGPORT, PGDATABASE, ...). Exit status: 0 ok, 1 a database error, 2 bad usage or input.
@@ -64,6 +66,8 @@ int usage() {
                  "             [--statement-timeout-ms N] [--allow-origin O]... "
                  "[--allow-host H]...\n"
                  "serve's token may come from $AX_CONSOLE_TOKEN instead (keeps it out of ps).\n"
+                 "       ax-pg [--db CONNINFO] flows list [LIMIT]\n"
+                 "       ax-pg [--db CONNINFO] flows show ID\n"
                  "CONNINFO defaults to $AX_PG_CONNINFO, else libpq's PG* variables.\n");
     return 2;
 }
@@ -241,6 +245,59 @@ int tasks_show(const std::string& conninfo, const std::string& arg) {
 
 // --- end of pause and resume, listing
 
+// --- workflows (issue 29)
+
+/// One line per flow: its tasks by state. `unfinished_only`: status's summary of the newest 20.
+void print_flows(const std::vector<ax::pg::FlowProgress>& flows, bool unfinished_only) {
+    std::size_t open = 0;
+    for (const auto& f : flows)
+        open += f.finished ? 0 : 1;
+    if (unfinished_only)
+        std::printf("flows: %zu of the newest %zu unfinished\n", open, flows.size());
+    for (const auto& f : flows) {
+        if (unfinished_only && f.finished)
+            continue;
+        std::printf("  flow %lld %s: %lld tasks: %lld waiting, %lld pending, %lld running, %lld "
+                    "succeeded, %lld cancelled, %lld dead-lettered, %lld other%s\n",
+                    static_cast<long long>(f.id), f.name.c_str(), static_cast<long long>(f.tasks),
+                    static_cast<long long>(f.waiting), static_cast<long long>(f.pending),
+                    static_cast<long long>(f.running), static_cast<long long>(f.succeeded),
+                    static_cast<long long>(f.cancelled), static_cast<long long>(f.dead_lettered),
+                    static_cast<long long>(f.other), f.finished ? " (finished)" : "");
+    }
+}
+
+int flows_command(ax::pg::Client& c, const std::vector<std::string>& args) {
+    if (args[1] == "list" && args.size() <= 3) {
+        const std::size_t limit =
+            args.size() == 3 ? static_cast<std::size_t>(parse_id(args[2])) : 20;
+        const auto flows = c.flows(limit);
+        std::printf("%zu flow(s)\n", flows.size());
+        print_flows(flows, false);
+        return 0;
+    }
+    if (args[1] == "show" && args.size() == 3) {
+        const std::int64_t id = parse_id(args[2]);
+        const auto f = c.flow(id);
+        if (!f) {
+            std::printf("flow %lld: no such flow\n", static_cast<long long>(id));
+            return 2;
+        }
+        print_flows({*f}, false);
+        for (const auto& t : c.flow_tasks(id)) {
+            std::printf("  #%lld %-20s %-13s", static_cast<long long>(t.id), t.name.c_str(),
+                        t.state.c_str());
+            if (!t.depends_on.empty())
+                std::printf(" after %s", join(t.depends_on).c_str());
+            if (!t.reason.empty())
+                std::printf("  (%s)", t.reason.c_str());
+            std::printf("\n");
+        }
+        return 0;
+    }
+    return usage();
+}
+
 void print_status(ax::pg::Client& c) {
     const ax::pg::Status s = c.status();
     const char* lanes[3] = {"high", "normal", "low"};
@@ -274,6 +331,7 @@ void print_status(ax::pg::Client& c) {
                 static_cast<long long>(s.reclaimed_tasks),
                 static_cast<long long>(s.checksum_mismatches));
     print_paused(s.paused);
+    print_flows(c.flows(20), true);
 }
 
 // --- recurring schedules
@@ -522,6 +580,10 @@ int main(int argc, char** argv) {
         }
         if (cmd == "serve")
             return serve_command(conninfo, args);
+        if (cmd == "flows" && args.size() >= 2) {
+            ax::pg::Client c(conninfo);
+            return flows_command(c, args);
+        }
         if (cmd == "schedules" && args.size() >= 2) {
             ax::pg::Client c(conninfo);
             return schedules_command(c, args);

@@ -13,12 +13,18 @@
 //   wait_stop  waits (up to 60 s) until its stop token is requested, then inserts into
 //              stops(task_id, node) and returns
 //   gpu        like record (tests give it a required tag)
+//   flow       a workflow step (tests/pg/test_pg_flows.cpp): inserts flow_log(task_id, node,
+//              'start', unfinished parents, parents whose result is not theirs) at its start,
+//              reading its dependencies through Client::parent_results; payload "sleep:N"
+//              sleeps N ms, "fail" fails for good; inserts flow_log(..., 'end') when done and
+//              sets the result "r<id>"
 
 #include <ax/pg/pg.hpp>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -58,6 +64,35 @@ void record(std::int64_t id) {
                   {ids.c_str(), g_name.c_str()});
     c.exec_params("INSERT INTO results (task_id, node) VALUES ($1, $2) ON CONFLICT DO NOTHING",
                   {ids.c_str(), g_name.c_str()});
+}
+
+/// A workflow step: see the header. The clock is the database's (clock_timestamp()), so starts
+/// and ends from several processes compare.
+void flow_step(ax::pg::Job& j) {
+    thread_local std::optional<ax::pg::Client> client;
+    if (!client)
+        client.emplace(g_db);
+    const std::string ids = std::to_string(j.id());
+    int unfinished = 0, foreign = 0;
+    for (const auto& p : client->parent_results(j.id())) {
+        unfinished += p.result.finished() ? 0 : 1;
+        if (p.result.state == ax::pg::TaskState::succeeded &&
+            p.result.result != "r" + std::to_string(p.result.id))
+            ++foreign;
+    }
+    const std::string u = std::to_string(unfinished), f = std::to_string(foreign);
+    auto& c = handler_conn();
+    c.exec_params("INSERT INTO flow_log (task_id, node, ev, unfinished, foreign_results) "
+                  "VALUES ($1, $2, 'start', $3, $4)",
+                  {ids.c_str(), g_name.c_str(), u.c_str(), f.c_str()});
+    const std::string p(j.payload());
+    if (p.rfind("sleep:", 0) == 0)
+        std::this_thread::sleep_for(std::chrono::milliseconds(std::stoll(p.substr(6))));
+    c.exec_params("INSERT INTO flow_log (task_id, node, ev) VALUES ($1, $2, 'end')",
+                  {ids.c_str(), g_name.c_str()});
+    if (p == "fail")
+        throw ax::PermanentError("flow step told to fail");
+    j.set_result("r" + ids);
 }
 
 } // namespace
@@ -119,6 +154,8 @@ int main(int argc, char** argv) {
             });
         } else if (kind == "record" || kind == "gpu") {
             node.handle(kind, [](ax::pg::Job& j) { record(j.id()); });
+        } else if (kind == "flow") {
+            node.handle(kind, flow_step);
         } else if (kind == "sleep") {
             node.handle(kind, [](ax::pg::Job& j) {
                 const auto ms = std::stoll(std::string(j.payload().empty() ? "0" : j.payload()));

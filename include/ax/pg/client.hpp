@@ -8,6 +8,7 @@
 #include "schema.hpp"
 #include "sql/client.hpp"
 #include "sql/enqueue.hpp"
+#include "sql/flows.hpp"
 #include "sql/overview.hpp"
 #include "sql/pause.hpp"
 #include "sql/results.hpp"
@@ -199,6 +200,52 @@ class Client {
             if (!woken)
                 return sql::task_result(c, id); // the deadline: one last look
         }
+    }
+
+    // --- workflows (issue 29)
+
+    /// Enqueues a flow named `name` (1..200 bytes, need not be unique): a graph of tasks in one
+    /// transaction, all or nothing. A task with no dependencies is claimable at once; one with
+    /// dependencies waits outside the claimable set until all of them succeeded. One that did
+    /// not succeed (dead-lettered, cancelled, discarded) cancels its dependents at once with the
+    /// reason recorded (FlowTaskState::reason), and so on down the graph, except for dependents
+    /// marked FlowTask::run_anyway, which run once all their dependencies ended. Returns the
+    /// flow's ID and the task IDs in the order given. Throws std::invalid_argument, nothing
+    /// enqueued, for a bad task (the NewTask rules; no delay, run_at or key), a duplicate or empty
+    /// name, a dependency on an unknown name or on the task itself, or a cycle (named). One
+    /// statement (the SQL API's ax.enqueue_flow_arrays; ax.enqueue_flow takes JSON).
+    FlowEnqueued enqueue_flow(std::string_view name, std::span<const FlowTask> tasks) {
+        return sql::enqueue_flow(connection(), name, tasks, options_.max_payload_bytes);
+    }
+
+    /// The newest `limit` flows' progress, newest first: how many tasks are waiting, pending,
+    /// running, succeeded, cancelled, dead-lettered. Computed when asked (nothing is counted on
+    /// the acknowledgement path).
+    std::vector<FlowProgress> flows(std::size_t limit = 20) {
+        return sql::flows(connection(), std::nullopt, limit);
+    }
+
+    /// Flow `id`'s progress; nullopt for an unknown flow.
+    std::optional<FlowProgress> flow(std::int64_t id) {
+        auto v = sql::flows(connection(), id, 1);
+        if (v.empty())
+            return std::nullopt;
+        return std::move(v.front());
+    }
+
+    /// Every task of flow `id` with its state, dependencies and the reason the flow cancelled it.
+    std::vector<FlowTaskState> flow_tasks(std::int64_t id) {
+        return sql::flow_tasks(connection(), id);
+    }
+
+    /// The outcomes of task `id`'s dependencies (its flow's), in the order the flow lists them:
+    /// each one's name and what Client::result says of it, results included. A handler calls it
+    /// with its job's ID (Job::id) on a Client of its own: a task runs only once all its
+    /// dependencies succeeded (or, run_anyway, ended), so their results are there. Empty for a task
+    /// with no dependencies or outside a flow. A dependency whose history was pruned
+    /// (NodeOptions::history_retention) reads as discarded with the error "unknown: ...".
+    std::vector<ParentResult> parent_results(std::int64_t id) {
+        return sql::parent_results(connection(), id);
     }
 
     // --- recurring schedules

@@ -532,4 +532,67 @@ struct ScheduleInfo {
     std::string error;
 };
 
+// --- workflows (Client::enqueue_flow)
+
+/// One task of a flow (Client::enqueue_flow): a task, its name in the flow, and the names of the
+/// tasks it waits for. It becomes claimable when all of them succeeded; when one of them is
+/// dead-lettered, cancelled or discarded, it ends cancelled at once (its reason recorded,
+/// FlowTaskState::reason), unless run_anyway, when it runs once all of them ended whichever way.
+struct FlowTask {
+    /// Its name in the flow: unique within the flow, 1..200 bytes.
+    std::string_view name;
+    /// The task. Flow tasks take no delay, run_at or idempotency key (std::invalid_argument):
+    /// a flow task runs when its dependencies let it, and the flow is one call.
+    NewTask task;
+    /// Names of tasks of the same flow this one waits for (none: claimable at once). An unknown
+    /// name, the task's own name or a cycle refuses the whole flow.
+    std::vector<std::string_view> depends_on{};
+    /// Run even when a dependency did not succeed (default false: the dependency's failure
+    /// cancels this task and, in turn, its own dependents). For clean-up and reporting steps.
+    bool run_anyway = false;
+};
+
+/// What Client::enqueue_flow made: the flow's ID and the task IDs in the order given.
+struct FlowEnqueued {
+    std::int64_t flow_id = 0;
+    std::vector<std::int64_t> ids;
+};
+
+/// A flow's progress (Client::flows): how many of its tasks are in each state.
+struct FlowProgress {
+    std::int64_t id = 0;
+    std::string name;
+    /// When it was enqueued, UTC seconds since the epoch.
+    double created_at_s = 0;
+    std::int64_t tasks = 0;
+    /// Waiting for dependencies; claimable (or scheduled for a retry); held by a node.
+    std::int64_t waiting = 0, pending = 0, running = 0;
+    /// Endings. `other`: discarded dead letters, and tasks whose history was pruned.
+    std::int64_t succeeded = 0, cancelled = 0, dead_lettered = 0, other = 0;
+    /// No task waiting, pending or running.
+    bool finished = false;
+};
+
+/// One task of a flow as Client::flow_tasks reports it.
+struct FlowTaskState {
+    std::int64_t id = 0;
+    std::string name;
+    /// waiting, pending, scheduled, running, succeeded, cancelled, dead_lettered, discarded,
+    /// unknown (its history was pruned).
+    std::string state;
+    /// Why the flow cancelled it ("dependency 'a' (task 12) was dead-lettered", "cancelled by
+    /// request"); empty when it did not.
+    std::string reason;
+    /// Its dependencies' names, in the order the flow lists them.
+    std::vector<std::string> depends_on;
+};
+
+/// A dependency's outcome, as a dependent reads it (Client::parent_results).
+struct ParentResult {
+    /// The dependency's name in the flow.
+    std::string name;
+    /// Its outcome, as Client::result reports it (a waiting one reads as scheduled).
+    TaskResult result;
+};
+
 } // namespace ax::pg

@@ -20,7 +20,8 @@ namespace ax::pg::sql {
 inline constexpr const char* done_channel = "ax_done";
 
 /// A task's outcome: the live table, then the dead letters, then the history (the ID is in at
-/// most one). Columns (binary): state int2 (TaskState's value), attempts int4, result bytea
+/// most one), then the flow tasks waiting for their dependencies (reported as scheduled: not
+/// claimable yet). Columns (binary): state int2 (TaskState's value), attempts int4, result bytea
 /// (NULL: none), last error text (NULL: none).
 inline constexpr const char* task_result_sql = R"SQL(
 SELECT (CASE WHEN node_id IS NOT NULL THEN 2 WHEN run_at > now() THEN 1 ELSE 0 END)::int2,
@@ -33,15 +34,21 @@ UNION ALL
 SELECT (CASE state WHEN 1 THEN 3 WHEN 2 THEN 4 ELSE 6 END)::int2, attempts, result,
        CASE state WHEN 2 THEN 'cancelled' WHEN 3 THEN 'discarded' END
   FROM ax.history WHERE id = $1::int8
+UNION ALL
+SELECT 1::int2, 0, NULL::bytea, NULL FROM ax.flow_waiting WHERE task_id = $1::int8
 LIMIT 1)SQL";
 
 /// Registers this connection's backend as waiting for `id` and, in the same transaction, takes a
 /// KEY SHARE lock on the live row if there is one: an ending statement (they all delete that
 /// row) then either committed before this one (the check that follows sees the ending) or waits
 /// for it, so that its trigger's fresh snapshot sees the waiter and notifies. No wake-up is lost.
+/// A flow task waiting for its dependencies is locked likewise in ax.flow_waiting (the flow's
+/// cancellation of it deletes that row).
 inline constexpr const char* register_waiter_sql = R"SQL(
-WITH w AS (INSERT INTO ax.waiters (task_id, pid) VALUES ($1::int8, pg_backend_pid()))
-SELECT 1 FROM ax.tasks WHERE id = $1::int8 FOR KEY SHARE)SQL";
+WITH w AS (INSERT INTO ax.waiters (task_id, pid) VALUES ($1::int8, pg_backend_pid())),
+     f AS (SELECT 1 FROM ax.flow_waiting WHERE task_id = $1::int8 FOR KEY SHARE),
+     t AS (SELECT 1 FROM ax.tasks WHERE id = $1::int8 FOR KEY SHARE)
+SELECT (SELECT count(*) FROM t) + (SELECT count(*) FROM f))SQL";
 
 /// Removes this backend's waiter row for `id`, and the rows of backends that are gone (a client
 /// that died while waiting).
