@@ -127,7 +127,9 @@ void print_limits(const std::vector<ax::pg::LimitInfo>& limits) {
 /// A non-negative int32 from `v` (the text after "name=").
 std::int32_t parse_count(const std::string& name, const std::string& v) {
     std::size_t used = 0;
-    const long long n = v.empty() ? -1 : std::stoll(v, &used);
+    long long n = -1;
+    if (!v.empty() && v.find_first_not_of("0123456789") == std::string::npos && v.size() <= 10)
+        n = std::stoll(v, &used);
     if (used != v.size() || n < 0 || n > 2147483647)
         throw std::invalid_argument(name + ": not a count: '" + v + "'");
     return static_cast<std::int32_t>(n);

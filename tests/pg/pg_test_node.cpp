@@ -18,18 +18,18 @@
 //              line on an O_APPEND file, so lines survive a kill -9 and several processes can
 //              share the file); the limits tests' checker reads it
 
-#include <ax/pg/pg.hpp>
 #include <algorithm>
+#include <ax/pg/pg.hpp>
 #include <csignal>
-#include <ctime>
-#include <fcntl.h>
-#include <unistd.h>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
+#include <fcntl.h>
 #include <mutex>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <unistd.h>
 #include <vector>
 
 namespace {
@@ -76,9 +76,9 @@ void span_line(char what, std::int64_t id, std::string_view key) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     const long long ns = static_cast<long long>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
     char b[320];
-    const int n = std::snprintf(b, sizeof b, "%c %lld %.*s %lld\n", what,
-                                static_cast<long long>(id), static_cast<int>(key.size()),
-                                key.data(), ns);
+    const int n =
+        std::snprintf(b, sizeof b, "%c %lld %.*s %lld\n", what, static_cast<long long>(id),
+                      static_cast<int>(key.size()), key.data(), ns);
     if (n > 0 && ::write(g_spans, b, static_cast<std::size_t>(n)) != n)
         std::abort();
 }

@@ -10,9 +10,9 @@
 #include "sql/enqueue.hpp"
 #include "sql/limits.hpp"
 #include "sql/pause.hpp"
-#include "sql/tasks.hpp"
 #include "sql/results.hpp"
 #include "sql/schedules.hpp"
+#include "sql/tasks.hpp"
 #include "types.hpp"
 
 #include <chrono>

@@ -24,6 +24,7 @@
 //   ax.limits          concurrency and rate limits per task group (v10; ax.limit_state: windows)
 
 #include "sql/migrations/v1.hpp"
+#include "sql/migrations/v10.hpp"
 #include "sql/migrations/v2.hpp"
 #include "sql/migrations/v3.hpp"
 #include "sql/migrations/v4.hpp"
@@ -32,7 +33,6 @@
 #include "sql/migrations/v7.hpp"
 #include "sql/migrations/v8.hpp"
 #include "sql/migrations/v9.hpp"
-#include "sql/migrations/v10.hpp"
 
 #include <array>
 #include <cstdint>
@@ -58,10 +58,9 @@ inline constexpr std::int64_t maintain_lock_key = 7887330361530609268;
 /// Migration n (1-based) is migrations[n - 1]; each runs once, inside the migrate transaction.
 /// Each is a file of its own under sql/migrations/.
 inline constexpr std::array<const char*, schema_version> migrations = {
-    sql::migrations::v1, sql::migrations::v2, sql::migrations::v3,
-    sql::migrations::v4, sql::migrations::v5, sql::migrations::v6,
-    sql::migrations::v7, sql::migrations::v8, sql::migrations::v9,
-    sql::migrations::v10};
+    sql::migrations::v1, sql::migrations::v2, sql::migrations::v3, sql::migrations::v4,
+    sql::migrations::v5, sql::migrations::v6, sql::migrations::v7, sql::migrations::v8,
+    sql::migrations::v9, sql::migrations::v10};
 
 // ---------------------------------------------------------------- hot-path statements
 // Prepared once per connection; parameters and the claim's result are in binary format, so

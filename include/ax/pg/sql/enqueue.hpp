@@ -227,9 +227,9 @@ inline std::vector<Enqueued> ids_of(const detail::Result& r, std::size_t n) {
 inline std::vector<Enqueued> enqueue_keyed(detail::Connection& c, EnqueueColumns& cols,
                                            std::size_t n) {
     const std::string_view params[] = {
-        cols.kind.bytes(),          cols.payload.bytes(),      cols.priority.bytes(),
-        cols.timeout_ms.bytes(),    cols.max_attempts.bytes(), cols.delay_ms.bytes(),
-        cols.idem_key.bytes(),      cols.tags.bytes(),         cols.run_at_us.bytes(),
+        cols.kind.bytes(),          cols.payload.bytes(),       cols.priority.bytes(),
+        cols.timeout_ms.bytes(),    cols.max_attempts.bytes(),  cols.delay_ms.bytes(),
+        cols.idem_key.bytes(),      cols.tags.bytes(),          cols.run_at_us.bytes(),
         cols.unique_for_ms.bytes(), cols.unique_states.bytes(), cols.grp.bytes(),
         cols.grp_key.bytes()};
     detail::Result r = c.exec_binary(enqueue_keyed_sql, params, detail::Format::text);

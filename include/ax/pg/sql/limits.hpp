@@ -30,8 +30,8 @@ inline void validate_limit(const std::string& group, const LimitSpec& spec) {
         throw std::invalid_argument(what + "max_running must be >= 0");
     if (spec.rate_n && *spec.rate_n < 0)
         throw std::invalid_argument(what + "rate_n must be >= 0");
-    if (spec.rate_n && (spec.rate_period.count() < 1 ||
-                        spec.rate_period > std::chrono::hours(24 * 366)))
+    if (spec.rate_n &&
+        (spec.rate_period.count() < 1 || spec.rate_period > std::chrono::hours(24 * 366)))
         throw std::invalid_argument(what + "rate_period must be in 1 ms .. 366 days");
     if (!spec.rate_n && spec.rate_period.count() != 0)
         throw std::invalid_argument(what + "rate_period needs rate_n");
