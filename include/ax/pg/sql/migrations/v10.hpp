@@ -48,14 +48,18 @@ CREATE TABLE ax.limits (
     CHECK ((rate_n IS NULL) = (rate_period_ms IS NULL)),
     CHECK (max_running IS NOT NULL OR rate_n IS NOT NULL)
 );
--- Rate windows: (group, key) with key '' for a group-wide limit.
+-- Per limited (group, key), key '' for a group-wide limit: the rate window (its start, NULL
+-- before the first start, and the starts in it) and an upper bound on the claimed tasks (claims
+-- add to it; ax.claim_grouped recounts when it nears the limit). Written only under the pool's
+-- advisory lock.
 CREATE TABLE ax.limit_state (
     grp          text NOT NULL,
     grp_key      text NOT NULL,
-    window_start timestamptz NOT NULL,
-    started      integer NOT NULL,
+    window_start timestamptz,
+    started      integer NOT NULL DEFAULT 0,
+    bound        integer,
     PRIMARY KEY (grp, grp_key)
-);
+) WITH (fillfactor = 50);
 
 -- The advisory lock of a limited (group, key): key '' for a group-wide limit.
 CREATE FUNCTION ax.limit_lock(g text, k text) RETURNS void LANGUAGE sql AS $$
@@ -110,12 +114,14 @@ DECLARE
     pws timestamptz[] := '{}';
     pst bigint[] := '{}';  -- pool: starts in its window before this claim
     pgot bigint[] := '{}'; -- pool: claimed by this call
+    pbound bigint[] := '{}'; -- pool: its bound on running claims (NULL: no concurrency limit)
+    precount boolean[] := '{}';
     want bigint[];
     alloc bigint[];
-    uwant bigint; ualloc bigint;
+    uwant bigint; ualloc bigint; uany boolean;
     lim record;
     n int; np int; i int; lane int; active int; share bigint; remaining bigint; t bigint;
-    running bigint; conc bigint; rate bigint; ws timestamptz; st bigint;
+    bnd bigint; recount boolean; conc bigint; rate bigint; ws timestamptz; st bigint;
     b bigint;
 BEGIN
     WITH RECURSIVE s AS (
@@ -143,23 +149,30 @@ BEGIN
         pg_[np] := kg[i];
         pk[np] := CASE WHEN lim.per_key THEN kk[i] ELSE '' END;
         PERFORM ax.limit_lock(pg_[np], pk[np]);
-        -- After the lock (a statement of its own: a fresh snapshot), every claim of this pool
-        -- committed before is counted.
+        -- After the lock (each statement of its own: a fresh snapshot), every claim of this pool
+        -- committed before is seen: in its bound and in the count.
+        SELECT s.window_start, s.started, s.bound INTO ws, st, bnd FROM ax.limit_state s
+         WHERE s.grp = pg_[np] AND s.grp_key = pk[np];
+        st := coalesce(st, 0);
+        recount := false;
         conc := NULL;
         IF lim.max_running IS NOT NULL THEN
-            IF lim.per_key THEN
-                SELECT count(*) INTO running FROM ax.tasks t
-                 WHERE t.grp = kg[i] AND t.grp_key = kk[i] AND t.node_id IS NOT NULL;
-            ELSE
-                SELECT count(*) INTO running FROM ax.tasks t
-                 WHERE t.grp = kg[i] AND t.node_id IS NOT NULL;
+            -- The bound (running <= bound: claims raise both, only ends lower running) spares
+            -- the count while the pool is far from full; near it, or without a bound, count.
+            IF bnd IS NULL OR bnd + q0 + q1 + q2 > lim.max_running THEN
+                IF lim.per_key THEN
+                    SELECT count(*) INTO bnd FROM ax.tasks t
+                     WHERE t.grp = kg[i] AND t.grp_key = kk[i] AND t.node_id IS NOT NULL;
+                ELSE
+                    SELECT count(*) INTO bnd FROM ax.tasks t
+                     WHERE t.grp = kg[i] AND t.node_id IS NOT NULL;
+                END IF;
+                recount := true;
             END IF;
-            conc := greatest(lim.max_running - running, 0);
+            conc := greatest(lim.max_running - bnd, 0);
         END IF;
-        rate := NULL; ws := NULL; st := 0;
+        rate := NULL;
         IF lim.rate_n IS NOT NULL THEN
-            SELECT s.window_start, s.started INTO ws, st FROM ax.limit_state s
-             WHERE s.grp = pg_[np] AND s.grp_key = pk[np];
             IF ws IS NULL OR clock_timestamp() >= ws + lim.rate_period_ms * interval '1 millisecond' THEN
                 ws := NULL; st := 0;   -- a new window opens with this claim's first start
             END IF;
@@ -169,6 +182,8 @@ BEGIN
         prate[np] := lim.rate_n IS NOT NULL;
         pws[np] := ws;
         pst[np] := st;
+        pbound[np] := bnd;
+        precount[np] := recount;
         pgot[np] := 0;
     END LOOP;
 
@@ -176,55 +191,72 @@ BEGIN
         CONTINUE WHEN q[lane + 1] <= 0;
         want := array_fill(0::bigint, ARRAY[greatest(n, 1)]);
         alloc := array_fill(0::bigint, ARRAY[greatest(n, 1)]);
-        active := 0;
-        FOR i IN 1..n LOOP
-            t := q[lane + 1];
-            IF kpool[i] > 0 AND pav[kpool[i]] IS NOT NULL THEN
-                t := least(t, pav[kpool[i]]);
-            END IF;
-            IF t > 0 THEN
-                SELECT count(*) INTO t FROM (
-                    SELECT 1 FROM ax.tasks x
-                     WHERE x.node_id IS NULL AND x.grp = kg[i] AND x.grp_key = kk[i]
-                       AND x.priority = lane AND x.run_at <= now()
-                       AND x.kind = ANY (p_kinds) AND x.tags <@ p_tags
-                     LIMIT t) c;
-            END IF;
-            want[i] := t;
-            IF t > 0 THEN active := active + 1; END IF;
-        END LOOP;
-        SELECT count(*) INTO uwant FROM (
-            SELECT 1 FROM ax.tasks x
-             WHERE x.node_id IS NULL AND x.grp IS NULL AND x.priority = lane AND x.run_at <= now()
-               AND x.kind = ANY (p_kinds) AND x.tags <@ p_tags
-             LIMIT q[lane + 1]) c;
-        IF uwant > 0 THEN active := active + 1; END IF;
         ualloc := 0;
-        remaining := q[lane + 1];
-        -- Water-filling: each round gives every key still wanting an equal share.
-        WHILE remaining > 0 AND active > 0 LOOP
-            share := greatest(remaining / active, 1);
+        SELECT EXISTS (SELECT 1 FROM ax.tasks x
+                        WHERE x.node_id IS NULL AND x.grp IS NULL AND x.priority = lane
+                          AND x.run_at <= now() AND x.kind = ANY (p_kinds) AND x.tags <@ p_tags)
+          INTO uany;
+        IF n = 1 AND NOT uany THEN
+            -- One key and nothing ungrouped: no shares to work out, the key takes what it may.
+            t := q[lane + 1];
+            IF kpool[1] > 0 AND pav[kpool[1]] IS NOT NULL THEN
+                t := least(t, pav[kpool[1]]);
+                pav[kpool[1]] := pav[kpool[1]] - t;
+            END IF;
+            alloc[1] := t;
+        ELSE
             active := 0;
             FOR i IN 1..n LOOP
-                CONTINUE WHEN alloc[i] >= want[i] OR remaining = 0;
-                t := least(share, want[i] - alloc[i], remaining);
+                t := q[lane + 1];
                 IF kpool[i] > 0 AND pav[kpool[i]] IS NOT NULL THEN
                     t := least(t, pav[kpool[i]]);
-                    pav[kpool[i]] := pav[kpool[i]] - t;
                 END IF;
-                alloc[i] := alloc[i] + t;
-                remaining := remaining - t;
-                IF alloc[i] < want[i] AND (kpool[i] = 0 OR coalesce(pav[kpool[i]], 1) > 0) THEN
-                    active := active + 1;
+                IF t > 0 THEN
+                    SELECT count(*) INTO t FROM (
+                        SELECT 1 FROM ax.tasks x
+                         WHERE x.node_id IS NULL AND x.grp = kg[i] AND x.grp_key = kk[i]
+                           AND x.priority = lane AND x.run_at <= now()
+                           AND x.kind = ANY (p_kinds) AND x.tags <@ p_tags
+                         LIMIT t) c;
+                END IF;
+                want[i] := t;
+                IF t > 0 THEN active := active + 1; END IF;
+            END LOOP;
+            uwant := 0;
+            IF uany THEN
+                SELECT count(*) INTO uwant FROM (
+                    SELECT 1 FROM ax.tasks x
+                     WHERE x.node_id IS NULL AND x.grp IS NULL AND x.priority = lane
+                       AND x.run_at <= now() AND x.kind = ANY (p_kinds) AND x.tags <@ p_tags
+                     LIMIT q[lane + 1]) c;
+                active := active + 1;
+            END IF;
+            remaining := q[lane + 1];
+            -- Water-filling: each round gives every key still wanting an equal share.
+            WHILE remaining > 0 AND active > 0 LOOP
+                share := greatest(remaining / active, 1);
+                active := 0;
+                FOR i IN 1..n LOOP
+                    CONTINUE WHEN alloc[i] >= want[i] OR remaining = 0;
+                    t := least(share, want[i] - alloc[i], remaining);
+                    IF kpool[i] > 0 AND pav[kpool[i]] IS NOT NULL THEN
+                        t := least(t, pav[kpool[i]]);
+                        pav[kpool[i]] := pav[kpool[i]] - t;
+                    END IF;
+                    alloc[i] := alloc[i] + t;
+                    remaining := remaining - t;
+                    IF alloc[i] < want[i] AND (kpool[i] = 0 OR coalesce(pav[kpool[i]], 1) > 0) THEN
+                        active := active + 1;
+                    END IF;
+                END LOOP;
+                IF ualloc < uwant AND remaining > 0 THEN
+                    t := least(share, uwant - ualloc, remaining);
+                    ualloc := ualloc + t;
+                    remaining := remaining - t;
+                    IF ualloc < uwant THEN active := active + 1; END IF;
                 END IF;
             END LOOP;
-            IF ualloc < uwant AND remaining > 0 THEN
-                t := least(share, uwant - ualloc, remaining);
-                ualloc := ualloc + t;
-                remaining := remaining - t;
-                IF ualloc < uwant THEN active := active + 1; END IF;
-            END IF;
-        END LOOP;
+        END IF;
         FOR i IN 1..n LOOP
             CONTINUE WHEN alloc[i] = 0;
             got := ARRAY(SELECT x.id FROM ax.tasks x
@@ -252,11 +284,15 @@ BEGIN
     END LOOP;
 
     FOR i IN 1..np LOOP
-        CONTINUE WHEN NOT prate[i] OR pgot[i] = 0;
-        INSERT INTO ax.limit_state AS s (grp, grp_key, window_start, started)
-        VALUES (pg_[i], pk[i], coalesce(pws[i], clock_timestamp()), pst[i] + pgot[i])
+        CONTINUE WHEN pgot[i] = 0 AND NOT precount[i];
+        INSERT INTO ax.limit_state AS s (grp, grp_key, window_start, started, bound)
+        VALUES (pg_[i], pk[i],
+                CASE WHEN prate[i] AND pgot[i] > 0 THEN coalesce(pws[i], clock_timestamp())
+                     ELSE pws[i] END,
+                pst[i] + pgot[i], pbound[i] + pgot[i])
         ON CONFLICT (grp, grp_key) DO UPDATE
-            SET window_start = excluded.window_start, started = excluded.started;
+            SET window_start = excluded.window_start, started = excluded.started,
+                bound = excluded.bound;
     END LOOP;
 
     IF cardinality(ids) = 0 THEN
