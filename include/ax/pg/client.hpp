@@ -241,7 +241,8 @@ class Client {
     /// Sets (or replaces) the limits of the tasks with NewTask::group == `group`, cluster-wide:
     /// at most spec.max_running claimed at once and/or spec.rate_n starts per spec.rate_period,
     /// for the whole group or each partition key on its own (spec.per_key). Enforced by the
-    /// database when nodes claim (ax.claim_grouped, docs/distributed.md "Limits"), so however
+    /// database when nodes claim (ax.claim_grouped; docs/distributed.md "Limits: concurrency,
+    /// rate and fair shares per group"), so however
     /// many nodes race, the limit holds; a slot frees when its task's claim ends (success,
     /// failure, snooze, release, cancel, lease expiry). Takes effect at the nodes' next claim
     /// (they are woken); tasks already running over a lowered limit finish. A change restarts

@@ -4,7 +4,7 @@
 // Group limits (migration 10's ax.limits, ax.set_limit, ax.clear_limit): the client's statements
 // behind Client::set_limit, clear_limit and limits. The claim that enforces them is
 // ax.claim_grouped (sql/migrations/v10.hpp), called by the claim statement in ../schema.hpp.
-// Not API: Client is (docs/distributed.md "Limits").
+// Not API: Client is (docs/distributed.md "Limits: concurrency, rate and fair shares per group").
 
 #include "../connection.hpp"
 #include "../types.hpp"

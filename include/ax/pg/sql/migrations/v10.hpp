@@ -158,8 +158,10 @@ BEGIN
         conc := NULL;
         IF lim.max_running IS NOT NULL THEN
             -- The bound (running <= bound: claims raise both, only ends lower running) spares
-            -- the count while the pool is far from full; near it, or without a bound, count.
-            IF bnd IS NULL OR bnd + q0 + q1 + q2 > lim.max_running THEN
+            -- the count while it leaves at least half of what this claim could take (its quota,
+            -- at most the limit); closer to the limit, or without a bound, count.
+            IF bnd IS NULL
+               OR 2 * (lim.max_running - bnd) < least(q0 + q1 + q2, lim.max_running) THEN
                 IF lim.per_key THEN
                     SELECT count(*) INTO bnd FROM ax.tasks t
                      WHERE t.grp = kg[i] AND t.grp_key = kk[i] AND t.node_id IS NOT NULL;
