@@ -406,7 +406,7 @@ TEST_CASE("unique: migration 9 fills the keys in use with their enqueue time and
         s.exec("CREATE SCHEMA ax");
         s.exec("CREATE TABLE ax.schema_version (version integer PRIMARY KEY, applied_at "
                "timestamptz NOT NULL DEFAULT now())");
-        for (int v = 1; v < pg::schema_version; ++v) {
+        for (int v = 1; v < 9; ++v) { // the versions before migration 9, the one under test
             s.exec(pg::detail::migrations[static_cast<std::size_t>(v - 1)]);
             s.exec(("INSERT INTO ax.schema_version (version) VALUES (" + std::to_string(v) + ")")
                        .c_str());
