@@ -7,6 +7,8 @@
 //   ax-pg [--db CONNINFO] dead-letters discard ID...
 //   ax-pg [--db CONNINFO] pause|resume kind KIND | lane high|normal|low
 //   ax-pg [--db CONNINFO] pause                          (lists what is paused)
+//   ax-pg [--db CONNINFO] limits list | clear GROUP
+//   ax-pg [--db CONNINFO] limits set GROUP [running=N] [rate=N/MS] [per-key]
 //   ax-pg [--db CONNINFO] tasks list [--state S[,S...]] [--kind K] [--tag T] [--lane L]
 //                                    [--key KEY] [--older-than SEC] [--newer-than SEC]
 //                                    [--limit N] [--after ID] [--newest-first] [--explain]
@@ -50,6 +52,9 @@ int usage() {
                  "       ax-pg [--db CONNINFO] dead-letters replay|discard ID...\n"
                  "       ax-pg [--db CONNINFO] pause|resume kind KIND | lane LANE\n"
                  "       ax-pg [--db CONNINFO] pause   (lists what is paused)\n"
+                 "       ax-pg [--db CONNINFO] limits list | clear GROUP\n"
+                 "       ax-pg [--db CONNINFO] limits set GROUP [running=N] [rate=N/MS] "
+                 "[per-key]\n"
                  "       ax-pg [--db CONNINFO] tasks list [--state S[,S...]] [--kind K] "
                  "[--tag T] [--lane L] [--key KEY]\n"
                  "             [--older-than SEC] [--newer-than SEC] [--limit N] "
@@ -111,6 +116,80 @@ int pause_command(const std::string& conninfo, const std::vector<std::string>& a
     std::printf("%s: %s\n", t.text().c_str(),
                 pause ? (changed ? "paused" : "already paused")
                       : (changed ? "resumed" : "was not paused"));
+    return 0;
+}
+
+// --- group limits (issue 29)
+
+void print_limits(const std::vector<ax::pg::LimitInfo>& limits) {
+    std::printf("limits: %s\n", limits.empty() ? "none" : "");
+    for (const auto& l : limits) {
+        std::string what;
+        if (l.spec.max_running)
+            what += "running<=" + std::to_string(*l.spec.max_running);
+        if (l.spec.rate_n)
+            what += std::string(what.empty() ? "" : " ") + "rate " +
+                    std::to_string(*l.spec.rate_n) + "/" +
+                    std::to_string(l.spec.rate_period.count()) + "ms";
+        std::printf("  %s: %s%s; running %lld, queued %lld, keys %lld", l.group.c_str(),
+                    what.c_str(), l.spec.per_key ? " per key" : "",
+                    static_cast<long long>(l.running), static_cast<long long>(l.queued),
+                    static_cast<long long>(l.keys));
+        if (l.next_slot_s)
+            std::printf(", next rate slot in %.3f s", *l.next_slot_s);
+        std::printf("\n");
+    }
+}
+
+/// A non-negative int32 from `v` (the text after "name=").
+std::int32_t parse_count(const std::string& name, const std::string& v) {
+    std::size_t used = 0;
+    long long n = -1;
+    if (!v.empty() && v.find_first_not_of("0123456789") == std::string::npos && v.size() <= 10)
+        n = std::stoll(v, &used);
+    if (used != v.size() || n < 0 || n > 2147483647)
+        throw std::invalid_argument(name + ": not a count: '" + v + "'");
+    return static_cast<std::int32_t>(n);
+}
+
+/// `limits list`, `limits set GROUP [running=N] [rate=N/MS] [per-key]`, `limits clear GROUP`.
+int limits_command(const std::string& conninfo, const std::vector<std::string>& args) {
+    if (args.size() == 1 || (args.size() == 2 && args[1] == "list")) {
+        ax::pg::Client c(conninfo);
+        print_limits(c.limits());
+        return 0;
+    }
+    if (args.size() == 3 && args[1] == "clear") {
+        ax::pg::Client c(conninfo);
+        std::printf("%s: %s\n", args[2].c_str(),
+                    c.clear_limit(args[2]) ? "limits cleared" : "had no limits");
+        return 0;
+    }
+    if (args.size() < 4 || args[1] != "set")
+        throw std::invalid_argument(
+            "limits: expected 'list', 'clear GROUP' or 'set GROUP [running=N] [rate=N/MS] "
+            "[per-key]'");
+    ax::pg::LimitSpec spec;
+    for (std::size_t i = 3; i < args.size(); ++i) {
+        const std::string& a = args[i];
+        if (a == "per-key") {
+            spec.per_key = true;
+        } else if (a.rfind("running=", 0) == 0) {
+            spec.max_running = parse_count("running", a.substr(8));
+        } else if (a.rfind("rate=", 0) == 0) {
+            const std::string v = a.substr(5);
+            const std::size_t slash = v.find('/');
+            if (slash == std::string::npos)
+                throw std::invalid_argument("rate: expected N/MS, e.g. rate=100/1000");
+            spec.rate_n = parse_count("rate", v.substr(0, slash));
+            spec.rate_period = std::chrono::milliseconds(parse_count("rate", v.substr(slash + 1)));
+        } else {
+            throw std::invalid_argument("limits set: unknown argument '" + a + "'");
+        }
+    }
+    ax::pg::Client c(conninfo);
+    c.set_limit(args[2], spec);
+    print_limits(c.limits());
     return 0;
 }
 
@@ -332,6 +411,7 @@ void print_status(ax::pg::Client& c) {
                 static_cast<long long>(s.checksum_mismatches));
     print_paused(s.paused);
     print_flows(c.flows(20), true);
+    print_limits(s.limits);
 }
 
 // --- recurring schedules
@@ -541,6 +621,8 @@ int main(int argc, char** argv) {
         }
         if (cmd == "pause" || cmd == "resume")
             return pause_command(conninfo, args);
+        if (cmd == "limits")
+            return limits_command(conninfo, args);
         if (cmd == "tasks" && args.size() >= 2 && args[1] == "list")
             return tasks_list(conninfo, args);
         if (cmd == "tasks" && args.size() == 3 && args[1] == "show")

@@ -50,7 +50,7 @@ set(AX_PG_HEADER_LAYERS
     pg/sql/migrations/v1.hpp=20 pg/sql/migrations/v2.hpp=20 pg/sql/migrations/v3.hpp=20
     pg/sql/migrations/v4.hpp=20 pg/sql/migrations/v5.hpp=20 pg/sql/migrations/v6.hpp=20
     pg/sql/migrations/v7.hpp=20 pg/sql/migrations/v8.hpp=20 pg/sql/migrations/v9.hpp=20
-    pg/sql/migrations/v10.hpp=20
+    pg/sql/migrations/v10.hpp=20 pg/sql/migrations/v11.hpp=20
     pg/detail/node_waker.hpp=20
     pg/schema.hpp=21 pg/json.hpp=21 pg/prometheus.hpp=21 pg/detail/node_planner.hpp=21
     pg/detail/node_counters.hpp=21 pg/detail/node_slots.hpp=21
@@ -61,7 +61,7 @@ set(AX_PG_HEADER_LAYERS
     pg/sql/overview.hpp=23
     # pause (over the pipeline), listing (over the client statements), enqueue on the caller's connection
     pg/sql/pause.hpp=24 pg/sql/tasks.hpp=24 pg/enqueue_on.hpp=24 pg/sql/node_statements.hpp=24
-    pg/sql/flows.hpp=24
+    pg/sql/flows.hpp=24 pg/sql/limits.hpp=24
     pg/client.hpp=25 pg/pqxx.hpp=25
     # Node's owners, bottom up: the link interface, the schedule, the ledger and the real link,
     # the flights, the round trips, the driver, and the facade.

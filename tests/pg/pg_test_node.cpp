@@ -18,16 +18,24 @@
 //              reading its dependencies through Client::parent_results; payload "sleep:N"
 //              sleeps N ms, "fail" fails for good; inserts flow_log(..., 'end') when done and
 //              sets the result "r<id>"
+//   span       payload "KEY|MS": appends "S <id> <KEY> <ns>" to --spans at start, sleeps MS
+//              milliseconds, then appends "E <id> <KEY> <ns>" (CLOCK_MONOTONIC, one write(2) per
+//              line on an O_APPEND file, so lines survive a kill -9 and several processes can
+//              share the file); the limits tests' checker reads it
 
+#include <algorithm>
 #include <ax/pg/pg.hpp>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
+#include <fcntl.h>
 #include <mutex>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <unistd.h>
 #include <vector>
 
 namespace {
@@ -95,6 +103,21 @@ void flow_step(ax::pg::Job& j) {
     j.set_result("r" + ids);
 }
 
+int g_spans = -1;
+
+/// One line of the span log: `what` (S or E), the task, its key, now in ns (CLOCK_MONOTONIC).
+void span_line(char what, std::int64_t id, std::string_view key) {
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    const long long ns = static_cast<long long>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+    char b[320];
+    const int n =
+        std::snprintf(b, sizeof b, "%c %lld %.*s %lld\n", what, static_cast<long long>(id),
+                      static_cast<int>(key.size()), key.data(), ns);
+    if (n > 0 && ::write(g_spans, b, static_cast<std::size_t>(n)) != n)
+        std::abort();
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -124,10 +147,16 @@ int main(int argc, char** argv) {
             o.tasks_per_worker = static_cast<std::uint32_t>(std::stoul(v));
         else if (k == "--log")
             log_path = v;
+        else if (k == "--spans")
+            g_spans = ::open(v.c_str(), O_WRONLY | O_APPEND | O_CREAT, 0644);
         else {
             std::fprintf(stderr, "pg_test_node: unknown option %s\n", k.c_str());
             return 2;
         }
+    }
+    if (g_spans < 0 && std::find(kinds.begin(), kinds.end(), "span") != kinds.end()) {
+        std::fprintf(stderr, "pg_test_node: kind span needs --spans FILE (writable)\n");
+        return 2;
     }
     o.scheduler.min_workers = workers;
     o.scheduler.max_workers = workers;
@@ -165,6 +194,17 @@ int main(int argc, char** argv) {
                 if (j.stop_requested())
                     throw std::runtime_error("stopped");
                 record(j.id());
+            });
+        } else if (kind == "span") {
+            node.handle(kind, [](ax::pg::Job& j) {
+                const std::string_view p = j.payload();
+                const std::size_t bar = p.find('|');
+                const std::string_view key = p.substr(0, bar);
+                const long long ms =
+                    bar == std::string_view::npos ? 0 : std::stoll(std::string(p.substr(bar + 1)));
+                span_line('S', j.id(), key);
+                std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+                span_line('E', j.id(), key);
             });
         } else if (kind == "wait_stop") {
             node.handle(kind, [](ax::pg::Job& j) {

@@ -10,6 +10,7 @@
 #include "sql/enqueue.hpp"
 #include "sql/flows.hpp"
 #include "sql/overview.hpp"
+#include "sql/limits.hpp"
 #include "sql/pause.hpp"
 #include "sql/results.hpp"
 #include "sql/schedules.hpp"
@@ -148,6 +149,7 @@ class Client {
         s.reclaimed_tasks = k.reclaimed_tasks;
         s.checksum_mismatches = k.checksum_mismatches;
         s.paused = pauses();
+        s.limits = limits();
         return s;
     }
 
@@ -290,6 +292,28 @@ class Client {
 
     /// The pauses in force, by scope and name (also in status()).
     std::vector<PauseInfo> pauses() { return sql::pauses(connection()); }
+
+    // --- cluster-wide limits per task group (issue 29)
+
+    /// Sets (or replaces) the limits of the tasks with NewTask::group == `group`, cluster-wide:
+    /// at most spec.max_running claimed at once and/or spec.rate_n starts per spec.rate_period,
+    /// for the whole group or each partition key on its own (spec.per_key). Enforced by the
+    /// database when nodes claim (ax.claim_grouped; docs/distributed.md "Limits: concurrency,
+    /// rate and fair shares per group"), so however
+    /// many nodes race, the limit holds; a slot frees when its task's claim ends (success,
+    /// failure, snooze, release, cancel, lease expiry). Takes effect at the nodes' next claim
+    /// (they are woken); tasks already running over a lowered limit finish. A change restarts
+    /// the group's rate windows. Bad values throw std::invalid_argument.
+    void set_limit(const std::string& group, const LimitSpec& spec) {
+        sql::set_limit(connection(), group, spec);
+    }
+
+    /// Removes the group's limits (its tasks then run unlimited); false if it had none.
+    bool clear_limit(const std::string& group) { return sql::clear_limit(connection(), group); }
+
+    /// The limited groups: their limits, running and queued counts, keys, and when the next rate
+    /// slot opens (also in status()).
+    std::vector<LimitInfo> limits() { return sql::limits(connection()); }
 
     /// One page of the tasks matching `filter`, live, finished (the history, within its
     /// retention) and dead letters alike, in ID order; TaskPage::next is the next page's

@@ -102,8 +102,10 @@ inline std::vector<Enqueued> enqueue_on(pqxx::dbtransaction& tx, std::span<const
     const sql::TaskCall call =
         sql::validate_tasks(tasks, options.max_payload_bytes, std::chrono::system_clock::now());
     detail::TextArray kind, payload, priority, timeout_ms, max_attempts, delay_ms, idem_key, tags,
-        run_at_us, unique_for_ms, unique_states;
+        run_at_us, unique_for_ms, unique_states, grp, grp_key;
     std::string joined;
+    const bool grouped =
+        std::any_of(tasks.begin(), tasks.end(), [](const NewTask& t) { return !t.group.empty(); });
     const bool timed = std::any_of(tasks.begin(), tasks.end(),
                                    [](const NewTask& t) { return t.run_at.has_value(); });
     // As sql::EnqueueColumns: the unique columns are sent empty when no task sets them.
@@ -142,15 +144,22 @@ inline std::vector<Enqueued> enqueue_on(pqxx::dbtransaction& tx, std::span<const
             unique_for_ms.add_int(t.unique_for.count());
         if (stated)
             unique_states.add_int(static_cast<std::int64_t>(t.unique_states));
+        if (grouped) {
+            if (t.group.empty())
+                grp.add_null();
+            else
+                grp.add_text(t.group);
+            grp_key.add_text(t.group_key);
+        }
     }
     const std::size_t n = tasks.size();
     std::vector<Enqueued> out;
     out.reserve(n);
     if (call.keyed) {
-        const pqxx::result r =
-            tx.exec_params(sql::enqueue_keyed_sql, kind.str(), payload.str(), priority.str(),
-                           timeout_ms.str(), max_attempts.str(), delay_ms.str(), idem_key.str(),
-                           tags.str(), run_at_us.str(), unique_for_ms.str(), unique_states.str());
+        const pqxx::result r = tx.exec_params(
+            sql::enqueue_keyed_sql, kind.str(), payload.str(), priority.str(), timeout_ms.str(),
+            max_attempts.str(), delay_ms.str(), idem_key.str(), tags.str(), run_at_us.str(),
+            unique_for_ms.str(), unique_states.str(), grp.str(), grp_key.str());
         if (r.size() != n)
             throw Error("ax::pg: enqueue returned " + std::to_string(r.size()) + " rows for " +
                         std::to_string(n) + " tasks");

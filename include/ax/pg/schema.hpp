@@ -22,9 +22,11 @@
 //   ax.waiters         one row per Client::wait in progress (its task and backend)
 //   ax.schedules       recurring schedules: cron, zone, task template, the next tick
 //   ax.flows, ax.flow_tasks, ax.flow_waiting  workflows: graphs of tasks (v10)
+//   ax.limits          concurrency and rate limits per task group (v11; ax.limit_state: windows)
 
 #include "sql/migrations/v1.hpp"
 #include "sql/migrations/v10.hpp"
+#include "sql/migrations/v11.hpp"
 #include "sql/migrations/v2.hpp"
 #include "sql/migrations/v3.hpp"
 #include "sql/migrations/v4.hpp"
@@ -41,7 +43,7 @@ namespace ax::pg {
 
 /// The schema version this library writes and understands. A database at a newer version is
 /// refused with a clear error; an older one is brought up to date by migrate().
-inline constexpr int schema_version = 10;
+inline constexpr int schema_version = 11;
 
 /// Codes of ax.history.state.
 enum class HistoryState : std::int16_t { succeeded = 1, cancelled = 2, discarded = 3 };
@@ -60,7 +62,7 @@ inline constexpr std::int64_t maintain_lock_key = 7887330361530609268;
 inline constexpr std::array<const char*, schema_version> migrations = {
     sql::migrations::v1, sql::migrations::v2, sql::migrations::v3, sql::migrations::v4,
     sql::migrations::v5, sql::migrations::v6, sql::migrations::v7, sql::migrations::v8,
-    sql::migrations::v9, sql::migrations::v10};
+    sql::migrations::v9, sql::migrations::v10, sql::migrations::v11};
 
 // ---------------------------------------------------------------- hot-path statements
 // Prepared once per connection; parameters and the claim's result are in binary format, so
@@ -68,30 +70,38 @@ inline constexpr std::array<const char*, schema_version> migrations = {
 
 /// Claim one batch in one statement. $1 node, $2 kinds text[], $3 offered tags text[],
 /// $4/$5/$6 how many to take from the high/normal/low lanes, $7 lease in ms.
-/// Each lane is its own SKIP LOCKED scan of the partial claim index.
+/// Each lane is its own SKIP LOCKED scan of the partial claim index (ungrouped tasks only). While
+/// some grouped task (NewTask::group, migration 11) waits unclaimed, the scans are switched off
+/// (x.u: no grouped task waits) and ax.claim_grouped claims the batch instead, limits and fair
+/// shares applied; otherwise that costs one probe of the empty tasks_grouped index. The text up
+/// to the batch INSERT stays within track_activity_query_size's default 1024 bytes, so
+/// pg_stat_activity shows a claim as one (test_pg [links] finds claims in the server that way).
 inline constexpr const char* claim_sql = R"SQL(
-WITH h AS (SELECT id FROM ax.tasks
-            WHERE node_id IS NULL AND priority = 0 AND run_at <= now()
-              AND kind = ANY ($2::text[]) AND tags <@ $3::text[]
-            ORDER BY priority, run_at, id LIMIT $4 FOR UPDATE SKIP LOCKED),
-     n AS (SELECT id FROM ax.tasks
-            WHERE node_id IS NULL AND priority = 1 AND run_at <= now()
-              AND kind = ANY ($2::text[]) AND tags <@ $3::text[]
-            ORDER BY priority, run_at, id LIMIT $5 FOR UPDATE SKIP LOCKED),
-     l AS (SELECT id FROM ax.tasks
-            WHERE node_id IS NULL AND priority = 2 AND run_at <= now()
-              AND kind = ANY ($2::text[]) AND tags <@ $3::text[]
-            ORDER BY priority, run_at, id LIMIT $6 FOR UPDATE SKIP LOCKED),
-     c AS (SELECT id FROM h UNION ALL SELECT id FROM n UNION ALL SELECT id FROM l),
-     b AS (INSERT INTO ax.batches (node_id, size, checksum, lease_until)
-           SELECT $1, count(*), coalesce(bit_xor(id), 0), now() + $7 * interval '1 millisecond'
-           FROM c HAVING count(*) > 0
-           RETURNING id)
-UPDATE ax.tasks t SET node_id = $1, batch_id = b.id, attempts = t.attempts + 1
-  FROM c, b WHERE t.id = c.id
-RETURNING t.id, b.id, array_position($2::text[], t.kind)::int4, t.priority, t.attempts,
-          t.timeout_ms, t.cancel_requested,
-          (extract(epoch FROM now() - t.run_at) * 1000)::int8, t.payload)SQL";
+WITH x AS MATERIALIZED (SELECT NOT EXISTS (SELECT 1 FROM ax.tasks
+                                            WHERE node_id IS NULL AND grp IS NOT NULL) AS u),
+h AS (SELECT id FROM ax.tasks WHERE node_id IS NULL AND grp IS NULL AND priority = 0
+  AND run_at <= now() AND kind = ANY ($2::text[]) AND tags <@ $3::text[] AND (SELECT u FROM x)
+  ORDER BY priority, run_at, id LIMIT $4 FOR UPDATE SKIP LOCKED),
+n AS (SELECT id FROM ax.tasks WHERE node_id IS NULL AND grp IS NULL AND priority = 1
+  AND run_at <= now() AND kind = ANY ($2::text[]) AND tags <@ $3::text[] AND (SELECT u FROM x)
+  ORDER BY priority, run_at, id LIMIT $5 FOR UPDATE SKIP LOCKED),
+l AS (SELECT id FROM ax.tasks WHERE node_id IS NULL AND grp IS NULL AND priority = 2
+  AND run_at <= now() AND kind = ANY ($2::text[]) AND tags <@ $3::text[] AND (SELECT u FROM x)
+  ORDER BY priority, run_at, id LIMIT $6 FOR UPDATE SKIP LOCKED),
+c AS (SELECT id FROM h UNION ALL SELECT id FROM n UNION ALL SELECT id FROM l),
+b AS (INSERT INTO ax.batches (node_id, size, checksum, lease_until)
+      SELECT $1, count(*), coalesce(bit_xor(id), 0), now() + $7 * interval '1 millisecond'
+      FROM c HAVING count(*) > 0
+      RETURNING id),
+r AS (UPDATE ax.tasks t SET node_id = $1, batch_id = b.id, attempts = t.attempts + 1
+        FROM c, b WHERE t.id = c.id
+      RETURNING t.id, b.id AS batch, array_position($2::text[], t.kind)::int4, t.priority,
+                t.attempts, t.timeout_ms, t.cancel_requested,
+                (extract(epoch FROM now() - t.run_at) * 1000)::int8, t.payload)
+SELECT * FROM r
+UNION ALL
+SELECT * FROM ax.claim_grouped($1, $2::text[], $3::text[], $4, $5, $6, $7)
+ WHERE NOT (SELECT u FROM x))SQL";
 
 /// Acknowledge successes: $1 node, $2 task IDs int8[]. Moves them to the history in one
 /// statement; a task cancelled meanwhile ends cancelled (a late ack never overwrites a cancel),

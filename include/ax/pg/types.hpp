@@ -119,6 +119,45 @@ struct NewTask {
     /// pending vs running vs dead letter is read as of the enqueue's statement, so a claim that
     /// commits at the same moment may be seen either way.
     UniqueStates unique_states = UniqueStates::all;
+    /// Limit group (empty: none; 1..200 bytes): the cluster-wide limits Client::set_limit sets
+    /// for it apply (at most n running, at most n starts per period). A group without limits
+    /// runs unlimited, but its keys still share each claim fairly. Grouped tasks are claimed by a
+    /// slower path (a plpgsql function, several statements per claim) than ungrouped ones.
+    std::string_view group{};
+    /// Partition key within the group (a tenant ID; needs a group; at most 200 bytes; empty:
+    /// the group's one key): a per-key limit (LimitSpec::per_key) counts each key on its own,
+    /// and a lane's claims are shared evenly among the keys with work, so one key's flood does
+    /// not hold back another's few tasks.
+    std::string_view group_key{};
+};
+
+/// A group's cluster-wide limits (Client::set_limit). At least one of them must be set.
+struct LimitSpec {
+    /// At most this many of the group's tasks claimed at once across all nodes (per key when
+    /// per_key); nullopt: no concurrency limit. 0 holds the group's tasks back entirely.
+    std::optional<std::int32_t> max_running{};
+    /// Each partition key (NewTask::group_key) gets the limits on its own, instead of the whole
+    /// group sharing them (default false).
+    bool per_key = false;
+    /// At most rate_n starts per rate_period (per key when per_key); nullopt: no rate limit.
+    /// Windows are fixed: one opens with the first start after the previous one ended, so two
+    /// back-to-back windows may start up to 2 * rate_n within one period's span.
+    std::optional<std::int32_t> rate_n{};
+    /// The rate window's length (needs rate_n; 1 ms .. 366 days).
+    std::chrono::milliseconds rate_period{0};
+};
+
+/// One group's limits and where it stands (Client::limits, status()).
+struct LimitInfo {
+    std::string group;
+    LimitSpec spec;
+    /// The group's tasks claimed now, and waiting (claimable or scheduled).
+    std::int64_t running = 0, queued = 0;
+    /// Partition keys with tasks (running or queued).
+    std::int64_t keys = 0;
+    /// Seconds until the first full rate window ends (when a rate-limited key or the group waits
+    /// for its next slot); nullopt when no window is full.
+    std::optional<double> next_slot_s{};
 };
 
 /// What enqueue answers per task.
@@ -427,6 +466,8 @@ struct Status {
     std::int64_t checksum_mismatches = 0;
     /// Kinds and lanes paused cluster-wide (Client::pause), by scope and name.
     std::vector<PauseInfo> paused;
+    /// Cluster-wide group limits (Client::set_limit) and where each group stands.
+    std::vector<LimitInfo> limits;
 };
 
 // --- results (Client::result, Client::wait)

@@ -31,8 +31,9 @@ namespace ax::pg::sql {
 /// now() + delay; an empty array when no task of the call has a run_at: unnest pads it with
 /// NULLs, so a call without one sends 12 bytes for it). A run_at in the past is now() (it does not
 /// jump ahead of older tasks), $10 unique_for_ms int8[], $11 unique_states int2[] (each empty
-/// when no task of the call sets it: NULL, coalesced to the defaults 0 and 31). Returns one row
-/// per input, in input order: (ord, id, existed).
+/// when no task of the call sets it: NULL, coalesced to the defaults 0 and 31), $12 grp and $13
+/// grp_key text[] (NewTask::group; both empty when no task of the call has a group: NULL, none).
+/// Returns one row per input, in input order: (ord, id, existed).
 /// A key is claimed by inserting its row into ax.idem_keys: the first enqueue inserts it with its
 /// new task's ID; any other, however it races, conflicts on that row (waiting for the first to
 /// commit or roll back) and its DO UPDATE answers the row as committed, i.e. the first task's
@@ -48,9 +49,11 @@ inline constexpr const char* enqueue_keyed_sql = R"SQL(
 WITH u AS MATERIALIZED (
         SELECT u.*, nextval('ax.tasks_id_seq') AS new_id
         FROM unnest($1::text[], $2::bytea[], $3::int2[], $4::int4[], $5::int4[], $6::int8[],
-                    $7::text[], $8::text[], $9::int8[], $10::int8[], $11::int2[])
+                    $7::text[], $8::text[], $9::int8[], $10::int8[], $11::int2[], $12::text[],
+                    $13::text[])
              WITH ORDINALITY AS u(kind, payload, priority, timeout_ms, max_attempts, delay_ms,
-                                  idem_key, tags, run_at_us, unique_for_ms, unique_states, ord)),
+                                  idem_key, tags, run_at_us, unique_for_ms, unique_states, grp,
+                                  grp_key, ord)),
      k AS (INSERT INTO ax.idem_keys AS k (idem_key, task_id, unique_for_ms, unique_states)
            SELECT u.idem_key, u.new_id, coalesce(u.unique_for_ms, 0),
                   coalesce(u.unique_states, 31)
@@ -68,12 +71,13 @@ WITH u AS MATERIALIZED (
                                                 excluded.unique_states) AS keeps) d)
            RETURNING k.idem_key, k.task_id),
      ins AS (INSERT INTO ax.tasks (id, kind, payload, priority, timeout_ms, max_attempts, run_at,
-                                   idem_key, tags)
+                                   idem_key, tags, grp, grp_key)
              SELECT u.new_id, u.kind, u.payload, u.priority, u.timeout_ms, u.max_attempts,
                     CASE WHEN u.run_at_us IS NULL THEN now() + u.delay_ms * interval '1 millisecond'
                          ELSE greatest(now(), timestamptz 'epoch' + u.run_at_us * interval '1 microsecond')
                     END, u.idem_key,
-                    CASE WHEN u.tags = '' THEN '{}'::text[] ELSE string_to_array(u.tags, ',') END
+                    CASE WHEN u.tags = '' THEN '{}'::text[] ELSE string_to_array(u.tags, ',') END,
+                    u.grp, coalesce(u.grp_key, '')
              FROM u LEFT JOIN k ON k.idem_key = u.idem_key
              WHERE u.idem_key IS NULL OR k.task_id = u.new_id
              ORDER BY u.ord)
@@ -137,13 +141,18 @@ struct EnqueueColumns {
     detail::BinaryArray unique_for_ms{detail::oid::int8};
     /// NewTask::unique_states' bits; empty when every task of the call counts all states.
     detail::BinaryArray unique_states{detail::oid::int2};
+    /// NewTask::group (NULL: none) and group_key; both empty when no task of the call has one.
+    detail::BinaryArray grp{detail::oid::text};
+    detail::BinaryArray grp_key{detail::oid::text};
 
     /// Fills the columns from `tasks` (validated by the caller).
     void fill(std::span<const NewTask> tasks) {
         for (detail::BinaryArray* a :
              {&kind, &payload, &priority, &timeout_ms, &max_attempts, &delay_ms, &idem_key, &tags,
-              &run_at_us, &unique_for_ms, &unique_states})
+              &run_at_us, &unique_for_ms, &unique_states, &grp, &grp_key})
             a->clear();
+        const bool grouped = std::any_of(tasks.begin(), tasks.end(),
+                                         [](const NewTask& t) { return !t.group.empty(); });
         const bool timed = std::any_of(tasks.begin(), tasks.end(),
                                        [](const NewTask& t) { return t.run_at.has_value(); });
         const bool windowed = std::any_of(
@@ -182,6 +191,13 @@ struct EnqueueColumns {
                 unique_for_ms.add_int64(t.unique_for.count());
             if (stated)
                 unique_states.add_int16(static_cast<std::int16_t>(t.unique_states));
+            if (grouped) {
+                if (t.group.empty())
+                    grp.add_null();
+                else
+                    grp.add_bytes(t.group);
+                grp_key.add_bytes(t.group_key);
+            }
         }
     }
 };
@@ -211,10 +227,11 @@ inline std::vector<Enqueued> ids_of(const detail::Result& r, std::size_t n) {
 inline std::vector<Enqueued> enqueue_keyed(detail::Connection& c, EnqueueColumns& cols,
                                            std::size_t n) {
     const std::string_view params[] = {
-        cols.kind.bytes(),          cols.payload.bytes(),      cols.priority.bytes(),
-        cols.timeout_ms.bytes(),    cols.max_attempts.bytes(), cols.delay_ms.bytes(),
-        cols.idem_key.bytes(),      cols.tags.bytes(),         cols.run_at_us.bytes(),
-        cols.unique_for_ms.bytes(), cols.unique_states.bytes()};
+        cols.kind.bytes(),          cols.payload.bytes(),       cols.priority.bytes(),
+        cols.timeout_ms.bytes(),    cols.max_attempts.bytes(),  cols.delay_ms.bytes(),
+        cols.idem_key.bytes(),      cols.tags.bytes(),          cols.run_at_us.bytes(),
+        cols.unique_for_ms.bytes(), cols.unique_states.bytes(), cols.grp.bytes(),
+        cols.grp_key.bytes()};
     detail::Result r = c.exec_binary(enqueue_keyed_sql, params, detail::Format::text);
     if (static_cast<std::size_t>(r.rows()) != n)
         throw Error("ax::pg: enqueue returned " + std::to_string(r.rows()) + " rows for " +
@@ -279,7 +296,8 @@ inline std::vector<Enqueued> enqueue_copy(detail::Connection& c, std::span<const
 
 /// What validate_tasks found about a call's tasks (it picks the statement).
 struct TaskCall {
-    /// Some task has an idempotency key: the keyed statement.
+    /// Some task has an idempotency key or a group: the keyed statement (the only one that
+    /// writes groups).
     bool keyed = false;
     /// Some task has a delay or a run_at: not the COPY path (its rows take run_at = now()).
     bool timed = false;
@@ -363,7 +381,16 @@ inline TaskCall validate_tasks(std::span<const NewTask> tasks, std::size_t max_p
         if (!t.idempotency_key.empty() && !seen_keys.insert(t.idempotency_key).second)
             bad_task(i, "idempotency_key", std::string(t.idempotency_key),
                      "appears twice in one enqueue_many call");
-        call.keyed = call.keyed || !t.idempotency_key.empty();
+        if (t.group.size() > 200)
+            bad_task(i, "group", std::to_string(t.group.size()) + " bytes",
+                     "must be at most 200 bytes");
+        if (t.group_key.size() > 200)
+            bad_task(i, "group_key", std::to_string(t.group_key.size()) + " bytes",
+                     "must be at most 200 bytes");
+        if (t.group.empty() && !t.group_key.empty())
+            bad_task(i, "group_key", quoted_prefix(t.group_key),
+                     "needs a group (a partition key is within a group)");
+        call.keyed = call.keyed || !t.idempotency_key.empty() || !t.group.empty();
         call.timed = call.timed || t.delay.count() != 0 || t.run_at.has_value();
     }
     return call;
