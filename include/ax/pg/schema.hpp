@@ -60,8 +60,8 @@ inline constexpr std::int64_t maintain_lock_key = 7887330361530609268;
 /// Migration n (1-based) is migrations[n - 1]; each runs once, inside the migrate transaction.
 /// Each is a file of its own under sql/migrations/.
 inline constexpr std::array<const char*, schema_version> migrations = {
-    sql::migrations::v1, sql::migrations::v2, sql::migrations::v3, sql::migrations::v4,
-    sql::migrations::v5, sql::migrations::v6, sql::migrations::v7, sql::migrations::v8,
+    sql::migrations::v1, sql::migrations::v2,  sql::migrations::v3, sql::migrations::v4,
+    sql::migrations::v5, sql::migrations::v6,  sql::migrations::v7, sql::migrations::v8,
     sql::migrations::v9, sql::migrations::v10, sql::migrations::v11};
 
 // ---------------------------------------------------------------- hot-path statements
