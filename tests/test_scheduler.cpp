@@ -297,18 +297,24 @@ TEST_CASE("cancel in every state", "[scheduler]") {
         CHECK_FALSE(ran);
     }
     SECTION("running: stop is requested, ends cancelled when the body returns") {
-        std::atomic<bool> saw_stop{false};
+        std::atomic<bool> saw_stop{false}, release{false};
         auto h = sched.submit([&](ax::TaskContext& ctx) {
             while (!ctx.stop_requested())
                 std::this_thread::sleep_for(100us);
             saw_stop = ctx.stop_token().stop_requested();
+            // Still running while the test looks (an ASan run on a loaded machine once saw the
+            // task end between cancel() and query()); bounded, so a failed REQUIRE never hangs.
+            for (int i = 0; i < 50'000 && !release; ++i)
+                std::this_thread::sleep_for(100us);
             return 1;
         });
         REQUIRE(h);
         REQUIRE(eventually([&] { return state_of(sched, h->id()) == ax::TaskState::running; }));
         CHECK(sched.cancel(h->id()));
-        CHECK(sched.query(h->id())->cancel_requested);
+        const auto q = sched.query(h->id());
+        CHECK((q && q->cancel_requested));
         CHECK(sched.cancel(h->id())); // idempotent while running
+        release = true;
         REQUIRE_THROWS_AS(h->get(), ax::TaskCancelled);
         CHECK(saw_stop);
     }
