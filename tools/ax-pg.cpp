@@ -9,6 +9,7 @@
 //   ax-pg [--db CONNINFO] pause                          (lists what is paused)
 //   ax-pg [--db CONNINFO] limits list | clear GROUP
 //   ax-pg [--db CONNINFO] limits set GROUP [running=N] [rate=N/MS] [per-key]
+//   ax-pg [--db CONNINFO] limits weight GROUP KEY N
 //   ax-pg [--db CONNINFO] tasks list [--state S[,S...]] [--kind K] [--tag T] [--lane L]
 //                                    [--key KEY] [--older-than SEC] [--newer-than SEC]
 //                                    [--limit N] [--after ID] [--newest-first] [--explain]
@@ -55,6 +56,8 @@ int usage() {
                  "       ax-pg [--db CONNINFO] limits list | clear GROUP\n"
                  "       ax-pg [--db CONNINFO] limits set GROUP [running=N] [rate=N/MS] "
                  "[per-key]\n"
+                 "       ax-pg [--db CONNINFO] limits weight GROUP KEY N   (fair-share weight "
+                 "1..1000)\n"
                  "       ax-pg [--db CONNINFO] tasks list [--state S[,S...]] [--kind K] "
                  "[--tag T] [--lane L] [--key KEY]\n"
                  "             [--older-than SEC] [--newer-than SEC] [--limit N] "
@@ -157,6 +160,16 @@ int limits_command(const std::string& conninfo, const std::vector<std::string>& 
     if (args.size() == 1 || (args.size() == 2 && args[1] == "list")) {
         ax::pg::Client c(conninfo);
         print_limits(c.limits());
+        for (const auto& k : c.key_weights())
+            std::printf("weight %s/%s: %d\n", k.group.c_str(), k.key.c_str(), k.weight);
+        return 0;
+    }
+    if (args.size() == 5 && args[1] == "weight") {
+        const std::int32_t w = parse_count("weight", args[4]);
+        ax::pg::Client c(conninfo);
+        c.set_key_weight(args[2], args[3], w);
+        for (const auto& k : c.key_weights())
+            std::printf("weight %s/%s: %d\n", k.group.c_str(), k.key.c_str(), k.weight);
         return 0;
     }
     if (args.size() == 3 && args[1] == "clear") {
@@ -167,8 +180,8 @@ int limits_command(const std::string& conninfo, const std::vector<std::string>& 
     }
     if (args.size() < 4 || args[1] != "set")
         throw std::invalid_argument(
-            "limits: expected 'list', 'clear GROUP' or 'set GROUP [running=N] [rate=N/MS] "
-            "[per-key]'");
+            "limits: expected 'list', 'clear GROUP', 'weight GROUP KEY N' or 'set GROUP "
+            "[running=N] [rate=N/MS] [per-key]'");
     ax::pg::LimitSpec spec;
     for (std::size_t i = 3; i < args.size(); ++i) {
         const std::string& a = args[i];

@@ -183,7 +183,9 @@ std::string group_of(const Span& s) {
     return s.key.substr(0, s.key.find(':'));
 }
 
-pg::NewTask span_task(const std::string& group, const std::string& key, const std::string& payload,
+/// NewTask holds views, so the arguments are views too: a literal lives for the whole program,
+/// where a std::string parameter would make a temporary the task outlives.
+pg::NewTask span_task(std::string_view group, std::string_view key, std::string_view payload,
                       ax::Priority lane = ax::Priority::normal) {
     pg::NewTask t;
     t.kind = "span";
@@ -543,6 +545,198 @@ TEST_CASE("limits: a lane's claims are shared among keys; one key's flood does n
     CHECK(small_seen == small);
     CHECK(bigs_before < big / 10);
     std::remove(spans.c_str());
+}
+
+namespace {
+
+/// One claim through ax.claim_grouped for node `node` (no node process: the batch is never
+/// acknowledged, so what it takes stays claimed): quota `q` from the normal lane; how many it got.
+std::int64_t claim_once(pg::detail::Connection& c, int node, int q) {
+    const std::string sql = "SELECT count(*) FROM ax.claim_grouped(" + std::to_string(node) +
+                            ", ARRAY['span'], '{}'::text[], 0, " + std::to_string(q) +
+                            ", 0, 600000)";
+    return c.exec(sql.c_str()).int64(0, 0);
+}
+
+/// Four claimers race `rounds` claims each (quotas 1..150); after every claim each reads the
+/// group's claimed count in a fresh statement (a committed state) and keeps the highest. The
+/// highest seen and the total after one more claim taken alone (quota 2000: every slice free to
+/// lock, so it fills whatever room is left).
+std::pair<std::int64_t, std::int64_t> race_claims(const Db& db, int rounds, int base_node,
+                                                  bool free_some) {
+    std::atomic<std::int64_t> most{0};
+    std::vector<std::thread> ts;
+    for (int w = 0; w < 4; ++w)
+        ts.emplace_back([&, w] {
+            auto c = pg::detail::Connection::open(db.conninfo);
+            unsigned x = 2654435761u * static_cast<unsigned>(w + 1);
+            for (int r = 0; r < rounds; ++r) {
+                x = x * 1664525u + 1013904223u;
+                claim_once(c, base_node + w, 1 + static_cast<int>((x >> 8) % 150));
+                const std::int64_t now =
+                    c.exec("SELECT count(*) FROM ax.tasks WHERE grp = 'big' AND node_id IS NOT "
+                           "NULL")
+                        .int64(0, 0);
+                std::int64_t m = most.load();
+                while (now > m && !most.compare_exchange_weak(m, now)) {
+                }
+                if (free_some && w == 0 && r % 3 == 0) // an acknowledgement's effect: slots free
+                    c.exec("UPDATE ax.tasks SET node_id = NULL, batch_id = NULL WHERE id IN "
+                           "(SELECT id FROM ax.tasks WHERE grp = 'big' AND node_id IS NOT NULL "
+                           "ORDER BY random() LIMIT 20)");
+            }
+        });
+    for (auto& t : ts)
+        t.join();
+    auto c = pg::detail::Connection::open(db.conninfo);
+    claim_once(c, base_node + 9, 2000);
+    return {most.load(),
+            db.scalar("SELECT count(*) FROM ax.tasks WHERE grp = 'big' AND node_id IS NOT NULL")};
+}
+
+/// The most claimed tasks of group 'big' counted in one slice of `nsl` (grp_slice mod nsl).
+std::int64_t fullest_slice(const Db& db, int nsl) {
+    return db.scalar("SELECT coalesce(max(c), 0) FROM (SELECT count(*) AS c FROM ax.tasks WHERE "
+                     "grp = 'big' AND node_id IS NOT NULL GROUP BY grp_slice % " +
+                     std::to_string(nsl) + ") x");
+}
+
+} // namespace
+
+TEST_CASE("limits: a large limit is claimed in slices by racing claimers; never exceeded, filled "
+          "exactly, across changes of the slice count",
+          "[limits_slices]") {
+    Db db("ax_limits_slices");
+    pg::Client c(db.conninfo);
+    std::vector<std::string> payloads(1500, "big:k|0");
+    const std::vector<std::string> keys = {"k0", "k1", "k2", "k3", "k4"};
+    const std::string group = "big";
+    std::vector<pg::NewTask> ts;
+    for (std::size_t i = 0; i < payloads.size(); ++i)
+        ts.push_back(span_task(group, keys[i % keys.size()], payloads[i]));
+    c.enqueue_many(ts);
+
+    auto free_claimed = [&](int n) {
+        return db.scalar("WITH u AS (UPDATE ax.tasks SET node_id = NULL, batch_id = NULL WHERE id "
+                         "IN (SELECT id FROM ax.tasks WHERE node_id IS NOT NULL ORDER BY random() "
+                         "LIMIT " +
+                         std::to_string(n) + ") RETURNING 1) SELECT count(*) FROM u");
+    };
+
+    // 1000: eight slices of 125; tasks freed at random while the claimers race.
+    c.set_limit("big", {.max_running = 1000});
+    auto [most, total] = race_claims(db, 40, 1, true);
+    std::printf("limits_slices: limit 1000 (8 slices): most seen %lld, filled to %lld, fullest "
+                "slice %lld\n",
+                static_cast<long long>(most), static_cast<long long>(total),
+                static_cast<long long>(fullest_slice(db, 8)));
+    CHECK(most <= 1000);
+    CHECK(total == 1000);
+    CHECK(fullest_slice(db, 8) <= 125);
+    CHECK(db.scalar("SELECT count(*) FROM ax.tasks WHERE grp = 'big' AND node_id IS NOT NULL "
+                    "AND grp_slice NOT BETWEEN 0 AND 7") == 0);
+
+    // Lowered to 200 (three slices of 67, 67, 66) with 100 still running in all eight earlier
+    // slices: each slice counts the tasks of the earlier slices congruent to it, so the room
+    // left is 100, not more.
+    CHECK(free_claimed(900) == 900);
+    c.set_limit("big", {.max_running = 200});
+    std::tie(most, total) = race_claims(db, 30, 11, true);
+    std::printf("limits_slices: limit 200 (3 slices) over 100 from 8 slices: most seen %lld, "
+                "filled to %lld, fullest slice %lld\n",
+                static_cast<long long>(most), static_cast<long long>(total),
+                static_cast<long long>(fullest_slice(db, 3)));
+    CHECK(most <= 200);
+    CHECK(total == 200);
+    CHECK(fullest_slice(db, 3) <= 67);
+
+    // A single claim alone takes every slice's room: the whole limit in one batch.
+    {
+        Db one("ax_limits_slices_one");
+        pg::Client c1(one.conninfo);
+        c1.enqueue_many(ts);
+        c1.set_limit("big", {.max_running = 1000});
+        auto conn = pg::detail::Connection::open(one.conninfo);
+        CHECK(claim_once(conn, 1, 5000) == 1000);
+        CHECK(claim_once(conn, 2, 5000) == 0);
+    }
+
+    // Lowered to 100 (one pool, no slices) while 200 run: nothing more until they fall under it,
+    // then filled to exactly 100 (the bound goes stale as tasks free, the count fixes it).
+    c.set_limit("big", {.max_running = 100});
+    std::tie(most, total) = race_claims(db, 10, 21, false);
+    CHECK(most == 200);
+    CHECK(total == 200);
+    CHECK(free_claimed(150) == 150);
+    std::tie(most, total) = race_claims(db, 30, 31, true);
+    std::printf("limits_slices: limit 100 (one pool) after 150 freed: most seen %lld, filled to "
+                "%lld\n",
+                static_cast<long long>(most), static_cast<long long>(total));
+    CHECK(most <= 100);
+    CHECK(total == 100);
+}
+
+TEST_CASE("limits: keys share a lane's claim by weight; bad weights refused", "[limits_weight]") {
+    Db db("ax_limits_weight");
+    pg::Client c(db.conninfo);
+    std::vector<std::string> payloads(300, "w:k|0");
+    const std::string group = "w", ka = "a", kb = "b"; // NewTask holds views: these outlive it
+    std::vector<pg::NewTask> ts;
+    for (const auto& p : payloads) {
+        ts.push_back(span_task(group, ka, p));
+        ts.push_back(span_task(group, kb, p));
+    }
+    c.enqueue_many(ts);
+    c.set_key_weight("w", "a", 3);
+    REQUIRE(c.key_weights().size() == 1);
+    CHECK(c.key_weights()[0].weight == 3);
+    auto conn = pg::detail::Connection::open(db.conninfo);
+    auto by_key = [&](const char* k) {
+        return db.scalar(std::string("SELECT count(*) FROM ax.tasks WHERE node_id IS NOT NULL AND "
+                                     "grp_key = '") +
+                         k + "'");
+    };
+    // 3 : 1 of a claim of 40, the group unlimited.
+    REQUIRE(claim_once(conn, 1, 40) == 40);
+    CHECK(by_key("a") == 30);
+    CHECK(by_key("b") == 10);
+    // With ungrouped tasks (weight 1) and the group limited per key: 3 : 1 : 1 of 50.
+    std::vector<std::string> up(100, "u:u|0");
+    std::vector<pg::NewTask> us;
+    for (const auto& p : up) {
+        pg::NewTask t;
+        t.kind = "span";
+        t.payload = p;
+        us.push_back(t);
+    }
+    c.enqueue_many(us);
+    c.set_limit("w", {.max_running = 1000, .per_key = true});
+    REQUIRE(claim_once(conn, 2, 50) == 50);
+    CHECK(by_key("a") == 30 + 30);
+    CHECK(by_key("b") == 10 + 10);
+    CHECK(db.scalar("SELECT count(*) FROM ax.tasks WHERE node_id IS NOT NULL AND grp IS NULL") ==
+          10);
+    // Weight 1 removes the row; the ax-pg command sets and lists.
+    c.set_key_weight("w", "a", 1);
+    CHECK(c.key_weights().empty());
+    const auto [out, rc] = run(g_ax_pg + " --db '" + db.conninfo + "' limits weight w b 7");
+    CHECK(rc == 0);
+    CHECK(out.find("weight w/b: 7") != std::string::npos);
+    const auto [out2, rc2] = run(g_ax_pg + " --db '" + db.conninfo + "' limits weight w b 0");
+    CHECK(rc2 != 0);
+    CHECK(out2.find("1..1000") != std::string::npos);
+    CHECK_THROWS_AS(c.set_key_weight("w", "b", 0), std::invalid_argument);
+    CHECK_THROWS_AS(c.set_key_weight("w", "b", 1001), std::invalid_argument);
+    CHECK_THROWS_AS(c.set_key_weight("", "b", 2), std::invalid_argument);
+    CHECK_THROWS_AS(c.set_key_weight("w", std::string(201, 'k'), 2), std::invalid_argument);
+    // The SQL function refuses the same, naming the argument (22023), and writes nothing.
+    try {
+        conn.exec("SELECT ax.set_key_weight('w', 'b', 0)");
+        FAIL("accepted weight 0");
+    } catch (const std::exception& e) {
+        CHECK(std::string(e.what()).find("weight = 0") != std::string::npos);
+    }
+    CHECK(db.scalar("SELECT weight FROM ax.key_weights WHERE grp_key = 'b'") == 7);
 }
 
 int main(int argc, char** argv) {

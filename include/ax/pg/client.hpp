@@ -9,8 +9,8 @@
 #include "sql/client.hpp"
 #include "sql/enqueue.hpp"
 #include "sql/flows.hpp"
-#include "sql/overview.hpp"
 #include "sql/limits.hpp"
+#include "sql/overview.hpp"
 #include "sql/pause.hpp"
 #include "sql/results.hpp"
 #include "sql/schedules.hpp"
@@ -314,6 +314,19 @@ class Client {
     /// The limited groups: their limits, running and queued counts, keys, and when the next rate
     /// slot opens (also in status()).
     std::vector<LimitInfo> limits() { return sql::limits(connection()); }
+
+    /// Sets the weight of partition key `key` of `group` in its lane's fair shares (1..1000;
+    /// default 1, and 1 removes the setting): when keys of a lane compete for a claim, each gets
+    /// a part in proportion to its weight (the ungrouped tasks weigh 1), so a weight-3 tenant
+    /// gets three times a weight-1 tenant's share while both have work; a key that wants less
+    /// leaves its part to the others. Weights apply whether or not the group is limited. Bad
+    /// values throw std::invalid_argument.
+    void set_key_weight(const std::string& group, const std::string& key, int weight) {
+        sql::set_key_weight(connection(), group, key, weight);
+    }
+
+    /// The keys with a weight other than 1: (group, key, weight), in (group, key) order.
+    std::vector<KeyWeight> key_weights() { return sql::key_weights(connection()); }
 
     /// One page of the tasks matching `filter`, live, finished (the history, within its
     /// retention) and dead letters alike, in ID order; TaskPage::next is the next page's

@@ -160,6 +160,13 @@ struct LimitInfo {
     std::optional<double> next_slot_s{};
 };
 
+/// A partition key's weight in its lane's fair shares (Client::set_key_weight).
+struct KeyWeight {
+    std::string group, key;
+    /// 1..1000; keys without a row weigh 1.
+    int weight = 1;
+};
+
 /// What enqueue answers per task.
 struct Enqueued {
     /// The task's ID (the earlier task's, when the idempotency key was already taken).

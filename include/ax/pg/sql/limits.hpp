@@ -88,4 +88,29 @@ inline std::vector<LimitInfo> limits(detail::Connection& c) {
     return out;
 }
 
+/// ax.set_key_weight after the same checks, so a bad call throws before any round trip.
+inline void set_key_weight(detail::Connection& c, const std::string& group, const std::string& key,
+                           int weight) {
+    const std::string what = "ax::pg::set_key_weight(" + group.substr(0, 40) + "): ";
+    if (group.empty() || group.size() > 200)
+        throw std::invalid_argument(what + "group must be 1..200 bytes");
+    if (key.size() > 200)
+        throw std::invalid_argument(what + "key must be 0..200 bytes");
+    if (weight < 1 || weight > 1000)
+        throw std::invalid_argument(what + "weight must be 1..1000");
+    const std::string w = std::to_string(weight);
+    c.exec_params("SELECT ax.set_key_weight($1, $2, $3::int4)",
+                  {group.c_str(), key.c_str(), w.c_str()});
+}
+
+inline std::vector<KeyWeight> key_weights(detail::Connection& c) {
+    detail::Result r =
+        c.exec("SELECT grp, grp_key, weight FROM ax.key_weights ORDER BY grp, grp_key");
+    std::vector<KeyWeight> out;
+    for (int i = 0; i < r.rows(); ++i)
+        out.push_back(KeyWeight{std::string(r.text(i, 0)), std::string(r.text(i, 1)),
+                                static_cast<int>(r.int64(i, 2))});
+    return out;
+}
+
 } // namespace ax::pg::sql
