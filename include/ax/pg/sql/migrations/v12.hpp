@@ -29,10 +29,12 @@ namespace ax::pg::sql::migrations {
 /// Migration 12's SQL (several statements, run by the simple protocol).
 inline constexpr const char* v12 = R"SQL(
 ALTER TABLE ax.tasks ADD COLUMN grp_slice smallint;
--- The running counts: per key (a per-key pool), per group (an unsliced group-wide pool) and per
--- group and slice (a sliced one: the slice is a filter on the index tuple, no heap visit).
+-- Claimed before this migration: counted in slice 0, as an unsliced pool's claims are.
+UPDATE ax.tasks SET grp_slice = 0 WHERE grp IS NOT NULL AND node_id IS NOT NULL;
+-- The running counts: per group and slice (a sliced pool reads only its slices' entries), per
+-- group (an unsliced group-wide pool) and per key (one descent per slice value: 0..7).
 DROP INDEX ax.tasks_grouped_running;
-CREATE INDEX tasks_grouped_running ON ax.tasks (grp, grp_key, grp_slice)
+CREATE INDEX tasks_grouped_running ON ax.tasks (grp, grp_slice, grp_key)
     WHERE node_id IS NOT NULL AND grp IS NOT NULL;
 
 CREATE TABLE ax.key_weights (
@@ -106,7 +108,7 @@ DECLARE
     uwant bigint; ualloc bigint; uany boolean;
     lim record;
     n int; np int; i int; j int; sn int; nsl int; lane int; remaining bigint; t bigint;
-    wsum bigint; cap bigint; tot bigint; m int; k int; e int;
+    wsum bigint; cap bigint; tot bigint; m int; k int; e int; maxlk int;
     bnd bigint; recount boolean; conc bigint; rate bigint; ws timestamptz; st bigint;
     b bigint;
 BEGIN
@@ -144,16 +146,20 @@ BEGIN
         END IF;
         IF nsl > 1 THEN
             -- Sliced: the slices this claim can lock without waiting, until their free slots
-            -- cover its quota; the first one by blocking only when every slice is taken.
+            -- cover its quota or it holds its quota's part of the slices (so one claim does not
+            -- take them all while others wait); the first one by blocking only when every slice
+            -- is taken. Consecutive node IDs start that many slices apart.
             tot := 0;
+            maxlk := least(nsl, greatest(1, ceil(nsl * least(need, lim.max_running)::numeric
+                                                 / lim.max_running)::int));
             FOR j IN 0..nsl LOOP
                 IF j < nsl THEN
-                    sn := ((p_node + j) % nsl)::int;
+                    sn := ((p_node * maxlk + j) % nsl)::int;
                     CONTINUE WHEN NOT pg_try_advisory_xact_lock(
                         hashtextextended(kg[i] || E'\x1f' || E'\x1e' || sn::text, 2911));
                 ELSE
                     EXIT WHEN ne >= pe1[np];
-                    sn := (p_node % nsl)::int;
+                    sn := ((p_node * maxlk) % nsl)::int;
                     PERFORM ax.limit_lock(kg[i], E'\x1e' || sn::text);
                 END IF;
                 cap := lim.max_running / nsl + CASE WHEN sn < lim.max_running % nsl THEN 1 ELSE 0 END;
@@ -174,7 +180,7 @@ BEGIN
                 erecount[ne] := recount;
                 egot[ne] := 0;
                 tot := tot + efree[ne];
-                EXIT WHEN tot >= need;
+                EXIT WHEN tot >= need OR ne - pe1[np] + 1 >= maxlk;
             END LOOP;
             pav[np] := tot;
             prate[np] := false;
@@ -200,7 +206,8 @@ BEGIN
             IF bnd IS NULL OR 2 * (lim.max_running - bnd) < least(need, lim.max_running) THEN
                 IF lim.per_key THEN
                     SELECT count(*) INTO bnd FROM ax.tasks t
-                     WHERE t.grp = kg[i] AND t.grp_key = kk[i] AND t.node_id IS NOT NULL;
+                     WHERE t.grp = kg[i] AND t.grp_key = kk[i] AND t.node_id IS NOT NULL
+                       AND t.grp_slice = ANY ('{0,1,2,3,4,5,6,7}'::smallint[]);
                 ELSE
                     SELECT count(*) INTO bnd FROM ax.tasks t
                      WHERE t.grp = kg[i] AND t.node_id IS NOT NULL;
@@ -375,7 +382,7 @@ BEGIN
     UPDATE ax.tasks t SET node_id = p_node, batch_id = b, attempts = t.attempts + 1,
                           grp_slice = u.sl
       FROM unnest(ids, idsl) AS u(id, sl)
-     WHERE t.id = u.id
+     WHERE t.id = ANY (ids) AND t.id = u.id  -- the ANY: an index scan of the batch, never a seq scan
     RETURNING t.id, b, array_position(p_kinds, t.kind)::int4, t.priority, t.attempts,
               t.timeout_ms, t.cancel_requested,
               (extract(epoch FROM now() - t.run_at) * 1000)::int8, t.payload;
