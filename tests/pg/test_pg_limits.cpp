@@ -550,12 +550,18 @@ TEST_CASE("limits: a lane's claims are shared among keys; one key's flood does n
 namespace {
 
 /// One claim through ax.claim_grouped for node `node` (no node process: the batch is never
-/// acknowledged, so what it takes stays claimed): quota `q` from the normal lane; how many it got.
-std::int64_t claim_once(pg::detail::Connection& c, int node, int q) {
-    const std::string sql = "SELECT count(*) FROM ax.claim_grouped(" + std::to_string(node) +
-                            ", ARRAY['span'], '{}'::text[], 0, " + std::to_string(q) +
-                            ", 0, 600000)";
-    return c.exec(sql.c_str()).int64(0, 0);
+/// acknowledged, so what it takes stays claimed): quota `q` from the normal lane; how many tasks
+/// it got. `sentinel`, when given, is set to whether the claim ended with the row that says a
+/// limit held work back (ID -1, last).
+std::int64_t claim_once(pg::detail::Connection& c, int node, int q, bool* sentinel = nullptr) {
+    const std::string sql = "SELECT count(*) FILTER (WHERE r_id > 0), coalesce(bool_or(r_id = -1), "
+                            "false) FROM ax.claim_grouped(" +
+                            std::to_string(node) + ", ARRAY['span'], '{}'::text[], 0, " +
+                            std::to_string(q) + ", 0, 600000)";
+    auto r = c.exec(sql.c_str());
+    if (sentinel != nullptr)
+        *sentinel = r.boolean(0, 1);
+    return r.int64(0, 0);
 }
 
 /// Four claimers race `rounds` claims each (quotas 1..150); after every claim each reads the
@@ -657,8 +663,20 @@ TEST_CASE("limits: a large limit is claimed in slices by racing claimers; never 
         c1.enqueue_many(ts);
         c1.set_limit("big", {.max_running = 1000});
         auto conn = pg::detail::Connection::open(one.conninfo);
-        CHECK(claim_once(conn, 1, 5000) == 1000);
-        CHECK(claim_once(conn, 2, 5000) == 0);
+        bool held = false;
+        CHECK(claim_once(conn, 1, 5000, &held) == 1000);
+        CHECK(held); // 500 more wait on the limit: the claim says so
+        CHECK(claim_once(conn, 2, 5000, &held) == 0);
+        CHECK(held);
+        // While one claim holds the slices, another takes none and waits for nothing: it leaves
+        // them to the holder and says work is held back.
+        auto other = pg::detail::Connection::open(one.conninfo);
+        conn.exec("BEGIN");
+        conn.exec("SELECT count(*) FROM ax.claim_grouped(3, ARRAY['span'], '{}'::text[], 0, 5000, "
+                  "0, 600000)");
+        CHECK(claim_once(other, 4, 5000, &held) == 0);
+        CHECK(held);
+        conn.exec("COMMIT");
     }
 
     // Lowered to 100 (one pool, no slices) while 200 run: nothing more until they fall under it,
@@ -696,8 +714,10 @@ TEST_CASE("limits: keys share a lane's claim by weight; bad weights refused", "[
                                      "grp_key = '") +
                          k + "'");
     };
-    // 3 : 1 of a claim of 40, the group unlimited.
-    REQUIRE(claim_once(conn, 1, 40) == 40);
+    // 3 : 1 of a claim of 40, the group unlimited (no limit held anything back: no sentinel).
+    bool held = true;
+    REQUIRE(claim_once(conn, 1, 40, &held) == 40);
+    CHECK_FALSE(held);
     CHECK(by_key("a") == 30);
     CHECK(by_key("b") == 10);
     // With ungrouped tasks (weight 1) and the group limited per key: 3 : 1 : 1 of 50.

@@ -35,14 +35,17 @@ std::vector<std::int64_t> int8s(d::BinaryArray& a) {
 
 class FakeRows final : public d::ClaimRows {
   public:
-    explicit FakeRows(std::vector<d::ClaimedTask> rows) : rows_(std::move(rows)) {}
+    explicit FakeRows(std::vector<d::ClaimedTask> rows, bool limited = false)
+        : rows_(std::move(rows)), limited_(limited) {}
     std::uint32_t size() const noexcept override {
         return static_cast<std::uint32_t>(rows_.size());
     }
     d::ClaimedTask row(std::uint32_t i) const override { return rows_.at(i); }
+    bool limited() const noexcept override { return limited_; }
 
   private:
     std::vector<d::ClaimedTask> rows_;
+    bool limited_;
 };
 
 /// A link that records each round trip's statements and replies as scripted: good by default,
@@ -58,6 +61,7 @@ class FakeLink final : public d::Link {
     int renews = 0, maintains = 0, flushes = 0;
     // The script.
     std::deque<std::vector<d::ClaimedTask>> claim_rows; // per claim read (empty: no rows)
+    bool claims_limited = false; // every claim's answer carries the limit's sentinel
     std::map<Step, d::Reply::Status> failing;
     bool lost = false, break_send = false, registered = true;
 
@@ -130,7 +134,7 @@ class FakeLink final : public d::Link {
                 rows = std::move(claim_rows.front());
                 claim_rows.pop_front();
             }
-            r.rows = std::make_unique<FakeRows>(std::move(rows));
+            r.rows = std::make_unique<FakeRows>(std::move(rows), claims_limited);
         }
         if (step == Step::renew)
             r.registered = registered;
@@ -599,4 +603,73 @@ TEST_CASE("paused lanes are asked for nothing and taken for empty; their state i
     // Resumed: what was known of it (not empty) comes back.
     book.set_paused({false, false, false});
     CHECK_FALSE(book.empty(2));
+}
+
+TEST_CASE("planner: a claim a limit cut short keeps the lanes and backs off 2 ms doubling to 256 "
+          "while such claims find nothing; news and a full claim clear it",
+          "[pg_units]") {
+    using Clock = std::chrono::steady_clock;
+    using ms = std::chrono::milliseconds;
+    d::ClaimPlanner p;
+    d::ClaimPlanner::Settings ps;
+    ps.target = 16;
+    ps.low_watermark = 8;
+    ps.max_batch = 16;
+    const Clock::time_point t0 = Clock::now();
+    p.init(ps, t0);
+    const std::array<std::uint32_t, 3> asked{8, 8, 8}, none{}, some{0, 4, 0};
+    const std::array<std::int64_t, 3> waits{};
+    std::array<std::uint32_t, 3> quota{};
+    // Limited, nothing claimed: not taken for empty (no 250 ms floor), retried after 2 ms.
+    p.claim_sent();
+    p.claim_read(asked, none, waits, t0, true);
+    CHECK_FALSE(p.all_empty());
+    CHECK(p.lane_with_work());
+    CHECK(p.floor_end() == t0 + ms(2));
+    CHECK_FALSE(p.plan(t0 + ms(1), 0, 16, 0, quota));
+    CHECK(p.plan(t0 + ms(2), 0, 16, 0, quota));
+    // Each further limited claim that finds nothing doubles the wait, up to 256 ms.
+    ms expect{2};
+    Clock::time_point t = t0;
+    for (int i = 0; i < 10; ++i) {
+        p.claim_sent();
+        p.claim_read(asked, none, waits, t, true);
+        expect = std::min(expect * 2, ms(256));
+        CHECK(p.floor_end() == t + expect);
+        t += expect;
+    }
+    CHECK(expect == ms(256));
+    // A limited claim that took tasks starts over at 2 ms.
+    p.claim_sent();
+    p.claim_read(asked, some, waits, t, true);
+    CHECK(p.floor_end() == t + ms(2));
+    // News (NOTIFY ax_wake: wake_lanes) lifts the wait at once.
+    p.claim_sent();
+    p.claim_read(asked, none, waits, t, true);
+    CHECK(p.floor_end() > t);
+    p.wake_lanes();
+    CHECK(p.floor_end() == Clock::time_point{});
+    // A claim no limit cut short clears it; an empty one of those is the 250 ms floor again.
+    p.claim_sent();
+    p.claim_read(asked, none, waits, t, false);
+    CHECK(p.floor_end() == t + d::ClaimPlanner::empty_claim_floor);
+    CHECK(p.all_empty());
+}
+
+TEST_CASE("round trips: the claim's sentinel row (a limit held work back) is no task",
+          "[pg_units]") {
+    // The server's side (PgClaimRows reading a real claim) is test_pg_limits [limits_weight]'s
+    // sentinel check; here take_claim hands limited() to the planner.
+    Harness h(1);
+    h.links[0].claims_limited = true;
+    h.claim(0, {});
+    CHECK(h.counters.empty_claims.load() == 1);
+    // Limited: the 2 ms back-off, not the empty-claim floor.
+    CHECK(h.planner.floor_end() - std::chrono::steady_clock::now() <
+          std::chrono::milliseconds(100));
+    h.links[0].claims_limited = false;
+    h.claim(0, {});
+    // An empty claim no limit cut short: the 250 ms floor.
+    CHECK(h.planner.floor_end() - std::chrono::steady_clock::now() >
+          std::chrono::milliseconds(100));
 }

@@ -63,6 +63,9 @@ class ClaimRows {
     virtual ~ClaimRows() = default;
     [[nodiscard]] virtual std::uint32_t size() const noexcept = 0;
     [[nodiscard]] virtual ClaimedTask row(std::uint32_t i) const = 0;
+    /// A group limit left work unclaimed (ax.claim_grouped's sentinel row, not counted in
+    /// size()): the lanes are not empty, the node claims again after a short back-off.
+    [[nodiscard]] virtual bool limited() const noexcept { return false; }
 };
 
 /// One step's reply.

@@ -29,6 +29,13 @@ class ClaimPlanner {
     /// left in. It never delays a wake-up by NOTIFY or the poll, so it costs no latency when
     /// work arrives.
     static constexpr std::chrono::milliseconds empty_claim_floor{250};
+    /// After a claim a group limit cut short (ClaimRows::limited), the next claim waits this
+    /// long, doubled after each such claim that found nothing, up to limited_backoff_max: the
+    /// slots free as the claimed tasks are acknowledged (every ack_delay), so a burn-down of a
+    /// limited group re-claims within milliseconds, while a node facing a group whose slots
+    /// stay taken (long tasks) sends about 4 claims a second, as an idle node does.
+    static constexpr std::chrono::milliseconds limited_backoff_min{2};
+    static constexpr std::chrono::milliseconds limited_backoff_max{256};
 
     struct Settings {
         std::uint32_t target = 1;        // local depth to steer toward
@@ -56,9 +63,11 @@ class ClaimPlanner {
     }
     /// Until when a claim is held back (Clock::time_point{} when nothing holds it back).
     [[nodiscard]] Clock::time_point floor_end() const noexcept {
-        if (!last_claim_empty_ || wake_seq_ != claim_wake_seq_)
+        if (wake_seq_ != claim_wake_seq_)
             return {};
-        return empty_claim_at_ + empty_claim_floor;
+        if (last_claim_empty_)
+            return empty_claim_at_ + empty_claim_floor;
+        return limited_until_;
     }
     /// Some lane is not known empty and its token bucket has a token.
     [[nodiscard]] bool lane_with_work() const noexcept {
@@ -124,10 +133,28 @@ class ClaimPlanner {
     }
     /// A claim came back with got[p] tasks per lane (asked[p] asked); max_wait_ms[p]: the
     /// longest any of them waited.
+    /// `limited`: a group limit left work unclaimed (the lanes are not empty; see
+    /// limited_backoff_min).
     void claim_read(const std::array<std::uint32_t, 3>& asked,
                     const std::array<std::uint32_t, 3>& got,
-                    const std::array<std::int64_t, 3>& max_wait_ms, Clock::time_point now) {
+                    const std::array<std::int64_t, 3>& max_wait_ms, Clock::time_point now,
+                    bool limited = false) {
         const std::uint32_t n = got[0] + got[1] + got[2];
+        if (limited) {
+            limited_backoff_ = n == 0 && limited_until_ != Clock::time_point{}
+                                   ? std::min(limited_backoff_ * 2, limited_backoff_max)
+                                   : limited_backoff_min;
+            limited_until_ = now + limited_backoff_;
+            last_claim_full_ = false;
+            last_claim_empty_ = false;
+            claim_now_ = true;
+            for (std::size_t p = 0; p < 3; ++p)
+                buckets_[p].take(got[p]);
+            if (n == 0)
+                pid_.reset();
+            return;
+        }
+        limited_until_ = {};
         if (n == 0) {
             lanes_.learn(asked, got, {false, false, false});
             last_claim_full_ = false;
@@ -173,6 +200,9 @@ class ClaimPlanner {
     std::uint64_t wake_seq_ = 1;       // counts wake_lanes() calls
     std::uint64_t claim_wake_seq_ = 0; // wake_seq_ when the last claim was sent
     bool last_claim_empty_ = false;    // the last claim read back returned no task
+    // Set by a claim a limit cut short, cleared by any other (limited_backoff_min).
+    Clock::time_point limited_until_{};
+    std::chrono::milliseconds limited_backoff_ = limited_backoff_min;
     Clock::time_point empty_claim_at_{};
     bool last_claim_full_ = false;
 };

@@ -314,11 +314,12 @@ class RoundTrips {
                     bool stopping) {
         Counters::bump(counters_.claims);
         const std::uint32_t n = rows->size();
+        const bool limited = rows->limited();
         std::array<std::uint32_t, 3> got{};
         std::array<std::int64_t, 3> max_wait{};
         if (n == 0) {
             Counters::bump(counters_.empty_claims);
-            planner_.claim_read(asked, got, max_wait, Clock::now());
+            planner_.claim_read(asked, got, max_wait, Clock::now(), limited);
             return;
         }
         Counters::bump(counters_.batches);
@@ -363,7 +364,7 @@ class RoundTrips {
         }
         for (std::size_t p = 0; p < 3; ++p)
             Counters::bump(counters_.claimed[p], got[p]);
-        planner_.claim_read(asked, got, max_wait, Clock::now());
+        planner_.claim_read(asked, got, max_wait, Clock::now(), limited);
     }
 
     void event(const std::string& what) {

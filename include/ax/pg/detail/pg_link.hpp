@@ -18,10 +18,16 @@ namespace ax::pg::detail {
 /// A claim's rows in libpq's binary result (the payload views point into it).
 class PgClaimRows final : public ClaimRows {
   public:
-    explicit PgClaimRows(Result r) noexcept : r_(std::move(r)) {}
-    [[nodiscard]] std::uint32_t size() const noexcept override {
-        return static_cast<std::uint32_t>(r_.rows());
+    explicit PgClaimRows(Result r) noexcept : r_(std::move(r)) {
+        // The sentinel comes last (migration 12): ID -1, never a task's.
+        const int n = r_.rows();
+        limited_ =
+            n > 0 && static_cast<std::int64_t>(be64(r_.text(n - 1, sql::claim_id).data())) < 0;
     }
+    [[nodiscard]] std::uint32_t size() const noexcept override {
+        return static_cast<std::uint32_t>(r_.rows() - (limited_ ? 1 : 0));
+    }
+    [[nodiscard]] bool limited() const noexcept override { return limited_; }
     [[nodiscard]] ClaimedTask row(std::uint32_t i) const override {
         const int n = static_cast<int>(i);
         const auto at = [&](int col) { return r_.text(n, col).data(); };
@@ -40,6 +46,7 @@ class PgClaimRows final : public ClaimRows {
 
   private:
     Result r_;
+    bool limited_ = false;
 };
 
 /// One pipelined libpq link.

@@ -12,14 +12,22 @@
 // A group-wide limit of at least 128 with no rate limit is now cut into S = min(8, limit / 64)
 // slices of limit / S slots each (the remainder to the first slices), each with its own advisory
 // lock and its own bound in ax.limit_state (key E'\x1e' || slice). A claim try-locks the slices
-// starting from its node's (node id mod S), taking them until their free slots cover its quota,
-// and blocks on its first slice only when every slice is held by another claim. A claimed task
+// starting from its node's, taking them until their free slots cover its quota. A claimed task
 // records the slice it was counted in (ax.tasks.grp_slice, 0..7; 0 for an unsliced pool), and a
 // slice counts the claimed tasks whose grp_slice is congruent to it mod S, so every claimed task
 // of the group is counted by exactly one slice however S changed, and the slices' caps sum to the
 // limit: the limit holds across the cluster as before. Smaller limits, per-key limits and rate
-// limits keep migration 11's single lock (one pool). A change of S (set_limit) may, like any
-// lowered limit, let the claims already under way finish under the old figure.
+// limits keep one lock (one pool). A change of S (set_limit) may, like any lowered limit, let the
+// claims already under way finish under the old figure.
+//
+// Every lock is now try-locked: a pool or slice another claim holds is left to that claim, which
+// takes its free slots, so claims never wait for one another and cannot deadlock (migration 11
+// waited on each lock in turn: the claims of 100 keys limited to 1 each ran one at a time).
+//
+// A claim that a limit cut short (a limited key had more work than free slots) ends with one
+// sentinel row, ID -1: the node takes it as "work is waiting on a limit", not as empty lanes, and
+// claims again after a back-off that starts at 2 ms and doubles to 256 ms while such claims find
+// nothing (so a node facing a full group sends at most about 4 claims a second, as idle ones do).
 //
 // Fair shares among a lane's keys become weighted: ax.key_weights (group, key, weight 1..1000,
 // default 1), set by ax.set_key_weight / Client::set_key_weight; the ungrouped tasks weigh 1.
@@ -31,10 +39,11 @@ inline constexpr const char* v12 = R"SQL(
 ALTER TABLE ax.tasks ADD COLUMN grp_slice smallint;
 -- Claimed before this migration: counted in slice 0, as an unsliced pool's claims are.
 UPDATE ax.tasks SET grp_slice = 0 WHERE grp IS NOT NULL AND node_id IS NOT NULL;
--- The running counts: per group and slice (a sliced pool reads only its slices' entries), per
--- group (an unsliced group-wide pool) and per key (one descent per slice value: 0..7).
+-- The running counts: per key (a per-key pool: one descent), per group (an unsliced group-wide
+-- pool) and per group and slice (a sliced pool: the group's entries, the slice read from the
+-- index tuple, no heap visit for the others).
 DROP INDEX ax.tasks_grouped_running;
-CREATE INDEX tasks_grouped_running ON ax.tasks (grp, grp_slice, grp_key)
+CREATE INDEX tasks_grouped_running ON ax.tasks (grp, grp_key, grp_slice)
     WHERE node_id IS NOT NULL AND grp IS NOT NULL;
 
 CREATE TABLE ax.key_weights (
@@ -69,9 +78,10 @@ END $$;
 -- statement (schema.hpp), one batch. Lane p gets at most q[p]; within a lane, the quota is shared
 -- among the keys with work and the ungrouped tasks in proportion to their weights (water-filling:
 -- a key that wants less than its share leaves the rest to the others), so a flood in one key does
--- not hold back another. Keys are visited in (grp, grp_key) order (the blocking advisory locks'
--- order: no deadlock; slices are try-locked, which never waits, except a claim's first slice when
--- all are held), at most 1000 per claim.
+-- not hold back another. Every advisory lock is try-locked: a claim never waits for another
+-- (so none can deadlock and claims of one group never queue); a pool or slice another claim holds
+-- is left to it, and the claim ends with the sentinel row (work held back). At most 1000 keys are
+-- visited per claim, in (grp, grp_key) order.
 CREATE OR REPLACE FUNCTION ax.claim_grouped(p_node bigint, p_kinds text[], p_tags text[], q0 bigint,
                                             q1 bigint, q2 bigint, p_lease_ms bigint)
 RETURNS TABLE (r_id bigint, r_batch bigint, r_kind int4, r_priority smallint, r_attempts int4,
@@ -111,6 +121,7 @@ DECLARE
     wsum bigint; cap bigint; tot bigint; m int; k int; e int; maxlk int;
     bnd bigint; recount boolean; conc bigint; rate bigint; ws timestamptz; st bigint;
     b bigint;
+    held boolean := false;  -- a limit left a key's work unclaimed: the sentinel row says so
 BEGIN
     WITH RECURSIVE s AS (
         (SELECT t.grp, t.grp_key FROM ax.tasks t
@@ -147,20 +158,17 @@ BEGIN
         IF nsl > 1 THEN
             -- Sliced: the slices this claim can lock without waiting, until their free slots
             -- cover its quota or it holds its quota's part of the slices (so one claim does not
-            -- take them all while others wait); the first one by blocking only when every slice
-            -- is taken. Consecutive node IDs start that many slices apart.
+            -- take them all while others wait). Consecutive node IDs start that many slices
+            -- apart. When every slice is taken, the pool is left to the claims holding them.
             tot := 0;
             maxlk := least(nsl, greatest(1, ceil(nsl * least(need, lim.max_running)::numeric
                                                  / lim.max_running)::int));
-            FOR j IN 0..nsl LOOP
-                IF j < nsl THEN
-                    sn := ((p_node * maxlk + j) % nsl)::int;
-                    CONTINUE WHEN NOT pg_try_advisory_xact_lock(
-                        hashtextextended(kg[i] || E'\x1f' || E'\x1e' || sn::text, 2911));
-                ELSE
-                    EXIT WHEN ne >= pe1[np];
-                    sn := ((p_node * maxlk) % nsl)::int;
-                    PERFORM ax.limit_lock(kg[i], E'\x1e' || sn::text);
+            FOR j IN 0..nsl - 1 LOOP
+                sn := ((p_node * maxlk + j) % nsl)::int;
+                IF NOT pg_try_advisory_xact_lock(
+                        hashtextextended(kg[i] || E'\x1f' || E'\x1e' || sn::text, 2911)) THEN
+                    held := true;
+                    CONTINUE;
                 END IF;
                 cap := lim.max_running / nsl + CASE WHEN sn < lim.max_running % nsl THEN 1 ELSE 0 END;
                 SELECT x.bound INTO bnd FROM ax.limit_state x
@@ -191,7 +199,20 @@ BEGIN
         ne := ne + 1;
         ekey[ne] := CASE WHEN lim.per_key THEN kk[i] ELSE '' END;
         esl[ne] := 0;
-        PERFORM ax.limit_lock(pg_[np], ekey[ne]);
+        egot[ne] := 0;
+        erecount[ne] := false;
+        prate[np] := false;
+        pws[np] := NULL;
+        pst[np] := 0;
+        IF NOT pg_try_advisory_xact_lock(hashtextextended(pg_[np] || E'\x1f' || ekey[ne], 2911)) THEN
+            -- Another claim holds this pool and takes its free slots; this one leaves it alone
+            -- (claims never queue behind one another) and says that work is held back.
+            held := true;
+            pav[np] := 0;
+            efree[ne] := 0;
+            ebound[ne] := NULL;
+            CONTINUE;
+        END IF;
         -- After the lock (each statement of its own: a fresh snapshot), every claim of this pool
         -- committed before is seen: in its bound and in the count.
         SELECT x.window_start, x.started, x.bound INTO ws, st, bnd FROM ax.limit_state x
@@ -206,8 +227,7 @@ BEGIN
             IF bnd IS NULL OR 2 * (lim.max_running - bnd) < least(need, lim.max_running) THEN
                 IF lim.per_key THEN
                     SELECT count(*) INTO bnd FROM ax.tasks t
-                     WHERE t.grp = kg[i] AND t.grp_key = kk[i] AND t.node_id IS NOT NULL
-                       AND t.grp_slice = ANY ('{0,1,2,3,4,5,6,7}'::smallint[]);
+                     WHERE t.grp = kg[i] AND t.grp_key = kk[i] AND t.node_id IS NOT NULL;
                 ELSE
                     SELECT count(*) INTO bnd FROM ax.tasks t
                      WHERE t.grp = kg[i] AND t.node_id IS NOT NULL;
@@ -246,6 +266,7 @@ BEGIN
             -- One key and nothing ungrouped: no shares to work out, the key takes what it may.
             t := q[lane + 1];
             IF kpool[1] > 0 AND pav[kpool[1]] IS NOT NULL THEN
+                held := held OR pav[kpool[1]] < t;
                 t := least(t, pav[kpool[1]]);
                 pav[kpool[1]] := pav[kpool[1]] - t;
             END IF;
@@ -255,6 +276,7 @@ BEGIN
             FOR i IN 1..n LOOP
                 t := q[lane + 1];
                 IF kpool[i] > 0 AND pav[kpool[i]] IS NOT NULL THEN
+                    held := held OR pav[kpool[i]] < t;
                     t := least(t, pav[kpool[i]]);
                 END IF;
                 IF t > 0 THEN
@@ -372,6 +394,10 @@ BEGIN
     END LOOP;
 
     IF cardinality(ids) = 0 THEN
+        IF held THEN
+            RETURN QUERY SELECT -1::bigint, 0::bigint, 0::int4, 0::smallint, 0::int4, 0::int4,
+                                false, 0::bigint, ''::bytea;
+        END IF;
         RETURN;
     END IF;
     INSERT INTO ax.batches (node_id, size, checksum, lease_until)
@@ -386,6 +412,12 @@ BEGIN
     RETURNING t.id, b, array_position(p_kinds, t.kind)::int4, t.priority, t.attempts,
               t.timeout_ms, t.cancel_requested,
               (extract(epoch FROM now() - t.run_at) * 1000)::int8, t.payload;
+    -- Last, after the tasks: ID -1, never a task's. The node then neither takes the lanes for
+    -- empty nor waits out the empty-claim floor, but claims again after a short back-off.
+    IF held THEN
+        RETURN QUERY SELECT -1::bigint, 0::bigint, 0::int4, 0::smallint, 0::int4, 0::int4, false,
+                            0::bigint, ''::bytea;
+    END IF;
 END $$;
 )SQL";
 
