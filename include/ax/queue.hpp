@@ -6,6 +6,7 @@
 #include "detail/thread_stripe.hpp"
 #include "priority_ring.hpp"
 #include "task.hpp"
+#include "tuning.hpp"
 
 #include <algorithm>
 #include <array>
@@ -14,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <utility>
 
 namespace ax::detail {
@@ -179,23 +181,80 @@ template <class Links> class DoubleBufferQueue {
     /// work while it comes back from the kernel.
     [[nodiscard]] std::uint32_t room_mark() const noexcept { return soft_limit_ / 2; }
 
-    /// Parks the caller until the length may have dropped to room_mark() (a pop saw it there),
-    /// close() or wake_room() ran, or `timeout` passed. Announce-then-check: the flag is set,
-    /// then the length read (both seq_cst, against the pop's seq_cst count and flag read), so a
-    /// pop either sees the flag or the caller sees the pop. Returns at once if there is room.
-    void wait_for_room(std::chrono::nanoseconds timeout) {
+    /// Announces a producer waiting for room: returns the wake sequence to hand to
+    /// room_woken() and wait_for_room(), or nullopt if there is room already (the length is at
+    /// room_mark()) or the queue is closed. Announce-then-check: the flag is set, then the
+    /// length read (both seq_cst, against the pop's seq_cst count and flag read), so a pop
+    /// either sees the flag or the caller sees the pop.
+    [[nodiscard]] std::optional<std::uint32_t> want_room() {
         const std::uint32_t seq = room_seq_.load(std::memory_order_seq_cst);
         room_wanted_.store(true, std::memory_order_seq_cst);
         if (length() <= room_mark() || closed_seen())
-            return;
-        Futex::wait_tagged_for(room_seq_, seq, 0xffffffffu /* any */, timeout);
+            return std::nullopt;
+        return seq;
     }
 
-    /// Wakes every producer parked in wait_for_room() (shutdown, a stop token).
+    /// Whether a wake came since want_room() returned `seq`: a pop brought the length to
+    /// room_mark(), or close() / wake_room() ran. One read of a line that only those wakes
+    /// write, so a producer spinning on it costs the workers nothing.
+    [[nodiscard]] bool room_woken(std::uint32_t seq) const noexcept {
+        return room_seq_.load(std::memory_order_acquire) != seq;
+    }
+
+    /// Parks the caller (after want_room() returned `seq`) until a wake or `timeout`. Counted
+    /// in `room_sleepers_` meanwhile, so a wake that finds nobody in the kernel makes no system
+    /// call.
+    void wait_for_room(std::uint32_t seq, std::chrono::nanoseconds timeout) {
+        room_sleepers_.fetch_add(1, std::memory_order_seq_cst);
+        Futex::wait_tagged_for(room_seq_, seq, 0xffffffffu /* any */, timeout);
+        room_sleepers_.fetch_sub(1, std::memory_order_relaxed);
+    }
+
+    /// Wakes every producer waiting for room (shutdown, a stop token).
     void wake_room() noexcept {
         room_wanted_.store(false, std::memory_order_seq_cst);
         room_seq_.fetch_add(1, std::memory_order_seq_cst);
         Futex::wake_all(room_seq_);
+    }
+
+    /// How a refused producer waits, spinning first (true) or yielding its core (false): the
+    /// way whose last cycles admitted more tasks per nanosecond on this thread, the other one
+    /// every Tuning::room_probe_every waits so that a change of load is noticed. A cycle runs
+    /// from one wait's start to the next one's and counts every push meanwhile, so it prices
+    /// what the way leaves behind too (a queue drained dry behind a yield, its workers gone
+    /// idle), not only how long the wait took. Estimates are per thread (a producer's own
+    /// cycles; nothing shared to bounce between producers) and per queue.
+    [[nodiscard]] bool room_spin_first(std::int64_t now_ns) noexcept {
+        thread_local RoomWays ways;
+        if (ways.queue != this) {
+            ways = RoomWays{};
+            ways.queue = this;
+        }
+        const std::uint32_t pushed = pushed_total();
+        if (ways.last_start != 0) {
+            // A cycle longer than the futex cap had the producer elsewhere (or the queue stalled):
+            // it says nothing about the way, so it is not counted.
+            const std::int64_t took = now_ns - ways.last_start;
+            if (took > 0 && took < std::int64_t{20'000'000}) {
+                const std::uint32_t n = std::max<std::uint32_t>(pushed - ways.last_pushed, 1);
+                const std::int64_t per_task = took / n;
+                std::int64_t& c = ways.cost[ways.last_spun ? 1 : 0];
+                c = c == 0 ? per_task : c + (per_task - c) / 4;
+            }
+        }
+        bool spin;
+        if (ways.cost[1] == 0)
+            spin = true; // not tried yet
+        else if (ways.cost[0] == 0)
+            spin = false;
+        else
+            spin = ways.cost[1] <= ways.cost[0];
+        if (++ways.waits % Tuning::room_probe_every == 0)
+            spin = !spin;
+        ways.last_start = now_ns;
+        ways.last_pushed = pushed;
+        ways.last_spun = spin;
+        return spin;
     }
 
     /// Counts a refusal decided without taking the lock (the fast pre-check of submit).
@@ -287,7 +346,27 @@ template <class Links> class DoubleBufferQueue {
   private:
     void wake_room_unflagged() noexcept {
         room_seq_.fetch_add(1, std::memory_order_seq_cst);
-        Futex::wake_all(room_seq_);
+        // A sleeper counts itself before its futex wait checks the sequence: either that check
+        // sees the bump above, or this read sees the sleeper.
+        if (room_sleepers_.load(std::memory_order_seq_cst) != 0)
+            Futex::wake_all(room_seq_);
+    }
+
+    /// A producer thread's record of its waits for room on one queue (room_spin_first).
+    struct RoomWays {
+        const void* queue = nullptr;
+        std::int64_t last_start = 0;   ///< When its last wait began (0: none yet).
+        std::uint32_t last_pushed = 0; ///< pushed_total() then.
+        bool last_spun = false;        ///< The way that wait took.
+        std::uint32_t waits = 0;
+        std::int64_t cost[2] = {0, 0}; ///< ns per admitted task of a cycle: [0] yield, [1] spin.
+    };
+
+    /// Pushes of all priorities ever (lock-free read; wraps like the counts).
+    [[nodiscard]] std::uint32_t pushed_total() const noexcept {
+        return pushed_[0].load(std::memory_order_relaxed) +
+               pushed_[1].load(std::memory_order_relaxed) +
+               pushed_[2].load(std::memory_order_relaxed);
     }
     [[nodiscard]] bool closed_seen() {
         std::lock_guard lock(mutex_);
@@ -364,6 +443,8 @@ template <class Links> class DoubleBufferQueue {
     /// its own that pops only read; and the word they sleep on (bumped by every wake).
     alignas(64) std::atomic<bool> room_wanted_{false};
     alignas(64) std::atomic<std::uint32_t> room_seq_{0};
+    /// Producers inside the futex wait on room_seq_ (a wake that finds none skips the call).
+    std::atomic<std::uint32_t> room_sleepers_{0};
 };
 
 } // namespace ax::detail

@@ -5,6 +5,7 @@
 #include "../task.hpp"
 #include "core.hpp"
 #include "enqueue_stamp.hpp"
+#include "spin_lock.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -13,6 +14,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <utility>
 
@@ -101,34 +103,64 @@ Expected<TaskId> SchedulerCore<Clock, Controller>::post(F&& f, const SubmitOptio
     return id;
 }
 
-/// A waiting submit was refused for want of room: park until a pop brings the queue down to
-/// its room mark (DoubleBufferQueue::wait_for_room), shutdown, the stop token, or the deadline.
-/// False when the wait is over (deadline passed, stop requested): the refusal stands. The
-/// futex wait is capped (Tuning-free 20 ms) only as a safety net; the wake comes from the pop.
+/// A waiting submit was refused for want of room: wait until a pop brings the queue down to
+/// its room mark (DoubleBufferQueue::room_woken), shutdown, the stop token, or the deadline.
+/// False when the wait is over (deadline passed, stop requested): the refusal stands.
+///
+/// Three stages, each ending at the wake: a spin of up to Tuning::room_spin (when this
+/// producer's recent cycles admitted more per nanosecond spinning than yielding:
+/// DoubleBufferQueue::room_spin_first), Tuning::room_yields yields, then the futex, capped at
+/// 20 ms only as a safety net (the wake comes from the pop). With a free core for the workers
+/// the spin wins: they drain to the mark in microseconds while the producer stays on its core,
+/// ready to refill a queue that never ran dry. With the producer's core shared (more threads
+/// than cores, or another process's), spinning holds up the drain it waits for, and the yields
+/// win: they lend the core to a worker that drains. Either way a queue that does not drain
+/// costs one spin and the yields per 20 ms, not a core.
 template <SchedulerClock Clock, ControllerPolicy Controller>
 bool SchedulerCore<Clock, Controller>::wait_for_room(const RoomWait& w) {
     if (w.stop.stop_requested() || !lifecycle_.accepting())
         return false;
+    const auto start = std::chrono::steady_clock::now();
     std::chrono::nanoseconds limit = std::chrono::milliseconds(20);
     if (w.bounded) {
+        if (start >= w.deadline)
+            return false;
+        limit = std::min<std::chrono::nanoseconds>(limit, w.deadline - start);
+    }
+    const std::optional<std::uint32_t> seq = queue_.want_room();
+    if (!seq)
+        return true;
+    const std::int64_t t0 =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count();
+    if (queue_.room_spin_first(t0)) {
+        const auto until = start + std::min<std::chrono::nanoseconds>(limit, Tuning::room_spin);
+        // The clock and the token every 16 polls: the wake is one read of a quiet line.
+        for (std::uint32_t i = 1;; ++i) {
+            if (queue_.room_woken(*seq))
+                return !w.stop.stop_requested();
+            if ((i & 15) == 0 &&
+                (w.stop.stop_requested() || std::chrono::steady_clock::now() >= until))
+                break;
+            cpu_relax();
+        }
+    }
+    for (std::uint32_t k = 0; k < Tuning::room_yields; ++k) {
+        std::this_thread::yield();
+        if (queue_.room_woken(*seq))
+            return !w.stop.stop_requested();
+    }
+    if (w.bounded) {
+        // What is left of the deadline after the spin and the yields.
         const auto now = std::chrono::steady_clock::now();
         if (now >= w.deadline)
             return false;
         limit = std::min<std::chrono::nanoseconds>(limit, w.deadline - now);
     }
-    // Before the kernel: a few yields, each giving this core to a worker that drains (on a
-    // machine with fewer cores than threads the producer's core is theirs to take). A queue of
-    // microsecond tasks is back at its room mark within them, without a futex round trip.
-    for (std::uint32_t k = 0; k < Tuning::room_yields; ++k) {
-        std::this_thread::yield();
-        if (queue_.length() <= queue_.room_mark())
-            return true;
-    }
     if (w.stop.stop_possible()) {
         std::stop_callback wake(w.stop, [this] { queue_.wake_room(); });
-        queue_.wait_for_room(limit);
+        queue_.wait_for_room(*seq, limit);
     } else {
-        queue_.wait_for_room(limit);
+        queue_.wait_for_room(*seq, limit);
     }
     return !w.stop.stop_requested();
 }
