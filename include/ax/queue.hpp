@@ -6,7 +6,6 @@
 #include "detail/thread_stripe.hpp"
 #include "priority_ring.hpp"
 #include "task.hpp"
-#include "tuning.hpp"
 
 #include <algorithm>
 #include <array>
@@ -196,7 +195,8 @@ template <class Links> class DoubleBufferQueue {
 
     /// Whether a wake came since want_room() returned `seq`: a pop brought the length to
     /// room_mark(), or close() / wake_room() ran. One read of a line that only those wakes
-    /// write, so a producer spinning on it costs the workers nothing.
+    /// write, so a producer checking it between its yields costs the workers nothing (the
+    /// length would read every stripe of their pop counts).
     [[nodiscard]] bool room_woken(std::uint32_t seq) const noexcept {
         return room_seq_.load(std::memory_order_acquire) != seq;
     }
@@ -215,46 +215,6 @@ template <class Links> class DoubleBufferQueue {
         room_wanted_.store(false, std::memory_order_seq_cst);
         room_seq_.fetch_add(1, std::memory_order_seq_cst);
         Futex::wake_all(room_seq_);
-    }
-
-    /// How a refused producer waits, spinning first (true) or yielding its core (false): the
-    /// way whose last cycles admitted more tasks per nanosecond on this thread, the other one
-    /// every Tuning::room_probe_every waits so that a change of load is noticed. A cycle runs
-    /// from one wait's start to the next one's and counts every push meanwhile, so it prices
-    /// what the way leaves behind too (a queue drained dry behind a yield, its workers gone
-    /// idle), not only how long the wait took. Estimates are per thread (a producer's own
-    /// cycles; nothing shared to bounce between producers) and per queue.
-    [[nodiscard]] bool room_spin_first(std::int64_t now_ns) noexcept {
-        thread_local RoomWays ways;
-        if (ways.queue != this) {
-            ways = RoomWays{};
-            ways.queue = this;
-        }
-        const std::uint32_t pushed = pushed_total();
-        if (ways.last_start != 0) {
-            // A cycle longer than the futex cap had the producer elsewhere (or the queue stalled):
-            // it says nothing about the way, so it is not counted.
-            const std::int64_t took = now_ns - ways.last_start;
-            if (took > 0 && took < std::int64_t{20'000'000}) {
-                const std::uint32_t n = std::max<std::uint32_t>(pushed - ways.last_pushed, 1);
-                const std::int64_t per_task = took / n;
-                std::int64_t& c = ways.cost[ways.last_spun ? 1 : 0];
-                c = c == 0 ? per_task : c + (per_task - c) / 4;
-            }
-        }
-        bool spin;
-        if (ways.cost[1] == 0)
-            spin = true; // not tried yet
-        else if (ways.cost[0] == 0)
-            spin = false;
-        else
-            spin = ways.cost[1] <= ways.cost[0];
-        if (++ways.waits % Tuning::room_probe_every == 0)
-            spin = !spin;
-        ways.last_start = now_ns;
-        ways.last_pushed = pushed;
-        ways.last_spun = spin;
-        return spin;
     }
 
     /// Counts a refusal decided without taking the lock (the fast pre-check of submit).
@@ -347,27 +307,12 @@ template <class Links> class DoubleBufferQueue {
     void wake_room_unflagged() noexcept {
         room_seq_.fetch_add(1, std::memory_order_seq_cst);
         // A sleeper counts itself before its futex wait checks the sequence: either that check
-        // sees the bump above, or this read sees the sleeper.
+        // sees the bump above, or this read sees the sleeper. A producer still in its yields
+        // (the usual case for tiny tasks) then costs the waking worker no system call.
         if (room_sleepers_.load(std::memory_order_seq_cst) != 0)
             Futex::wake_all(room_seq_);
     }
 
-    /// A producer thread's record of its waits for room on one queue (room_spin_first).
-    struct RoomWays {
-        const void* queue = nullptr;
-        std::int64_t last_start = 0;   ///< When its last wait began (0: none yet).
-        std::uint32_t last_pushed = 0; ///< pushed_total() then.
-        bool last_spun = false;        ///< The way that wait took.
-        std::uint32_t waits = 0;
-        std::int64_t cost[2] = {0, 0}; ///< ns per admitted task of a cycle: [0] yield, [1] spin.
-    };
-
-    /// Pushes of all priorities ever (lock-free read; wraps like the counts).
-    [[nodiscard]] std::uint32_t pushed_total() const noexcept {
-        return pushed_[0].load(std::memory_order_relaxed) +
-               pushed_[1].load(std::memory_order_relaxed) +
-               pushed_[2].load(std::memory_order_relaxed);
-    }
     [[nodiscard]] bool closed_seen() {
         std::lock_guard lock(mutex_);
         return closed_;

@@ -74,22 +74,15 @@ struct Tuning {
     static constexpr std::chrono::microseconds help_backoff_min{50};
     static constexpr std::chrono::microseconds help_backoff_max{2000};
 
-    /// Longest a refused post_wait / submit_wait spins on the queue's wake word before it
-    /// yields (default 20 µs), when spinning is the way it waits (room_probe_every). With a free
-    /// core for the workers they drain a queue of tiny tasks to its room mark in a few µs and
-    /// the producer, still on its core, refills it before it runs dry; longer catches slower
-    /// drains without a futex round trip (~13 µs here) but burns more of a core when the queue
-    /// is slow, once per wait.
-    static constexpr std::chrono::nanoseconds room_spin{20'000};
-    /// Yields a refused post_wait / submit_wait makes, re-reading the wake word, before it parks
-    /// on the futex (default 16). Each yield lends the producer's core to a draining worker; a
-    /// queue of microsecond tasks is often back at its room mark within them, which spares a
-    /// futex wait and wake. 0 parks at once; more burns a little CPU when tasks are long.
+    /// Yields a refused post_wait / submit_wait makes, re-reading the queue's wake word, before
+    /// it parks on the futex (default 16). Each yield lends the producer's core to a draining
+    /// worker; a queue of microsecond tasks is often back at its room mark within them, which
+    /// spares a futex wait and wake. 0 parks at once (no CPU spent while the queue is slow);
+    /// more burns a little CPU when tasks are long. Alternating runs of 1M tiny tasks on a
+    /// loaded 2-core machine: 16 yields 3.52 M/s median against 2.98 M/s parking at once
+    /// (noisy: 2.10 - 5.53 and 2.43 - 4.39). No spin before them: it measured worse on the loaded
+    /// 2-core machine (docs/isolation.md, "Why post_wait trails the fixed pool").
     static constexpr std::uint32_t room_yields = 16;
-    /// Every this many waits a producer tries the way of waiting (spin first or yield at once)
-    /// that its recent cycles priced higher (default 64), so it notices when the load changes.
-    /// Lower follows changes sooner; each probe may cost a wait in the slower way.
-    static constexpr std::uint32_t room_probe_every = 64;
 
     /// A worker on the default clock (std::chrono::steady_clock, x86) reuses its last clock
     /// reading as the end of an attempt when fewer than this many time-stamp-counter ticks have
@@ -195,8 +188,6 @@ static_assert(Tuning::history_batch >= 1);
 static_assert((Tuning::idle_spin_yield_every & (Tuning::idle_spin_yield_every - 1)) == 0,
               "idle_spin_yield_every is a power of two (tested with a mask)");
 static_assert(Tuning::spin_lock_yield_every >= 1);
-static_assert(Tuning::room_probe_every >= 2);
-static_assert(Tuning::room_spin.count() >= 0);
 static_assert(Tuning::cpu_smoothing >= 0.0 && Tuning::cpu_smoothing < 1.0);
 static_assert(Tuning::retry_after_max.count() >= 1);
 

@@ -5,7 +5,6 @@
 #include "../task.hpp"
 #include "core.hpp"
 #include "enqueue_stamp.hpp"
-#include "spin_lock.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -107,50 +106,29 @@ Expected<TaskId> SchedulerCore<Clock, Controller>::post(F&& f, const SubmitOptio
 /// its room mark (DoubleBufferQueue::room_woken), shutdown, the stop token, or the deadline.
 /// False when the wait is over (deadline passed, stop requested): the refusal stands.
 ///
-/// Three stages, each ending at the wake: a spin of up to Tuning::room_spin (when this
-/// producer's recent cycles admitted more per nanosecond spinning than yielding:
-/// DoubleBufferQueue::room_spin_first), Tuning::room_yields yields, then the futex, capped at
-/// 20 ms only as a safety net (the wake comes from the pop). With a free core for the workers
-/// the spin wins: they drain to the mark in microseconds while the producer stays on its core,
-/// ready to refill a queue that never ran dry. With the producer's core shared (more threads
-/// than cores, or another process's), spinning holds up the drain it waits for, and the yields
-/// win: they lend the core to a worker that drains. Either way a queue that does not drain
-/// costs one spin and the yields per 20 ms, not a core.
+/// First Tuning::room_yields yields, then the futex, capped at 20 ms only as a safety net (the
+/// wake comes from the pop). No spin: on a machine with fewer cores than threads (the default
+/// Config's four workers and a producer on two) a spinning producer holds up the very drain it
+/// waits for (docs/isolation.md, "Why post_wait trails the fixed pool"). A queue that does not
+/// drain costs the yields per 20 ms, not a core.
 template <SchedulerClock Clock, ControllerPolicy Controller>
 bool SchedulerCore<Clock, Controller>::wait_for_room(const RoomWait& w) {
-    if (w.stop.stop_requested() || !lifecycle_.accepting())
+    if (w.stop.stop_requested() || !lifecycle_.accepting() ||
+        (w.bounded && std::chrono::steady_clock::now() >= w.deadline))
         return false;
-    const auto start = std::chrono::steady_clock::now();
-    std::chrono::nanoseconds limit = std::chrono::milliseconds(20);
-    if (w.bounded) {
-        if (start >= w.deadline)
-            return false;
-        limit = std::min<std::chrono::nanoseconds>(limit, w.deadline - start);
-    }
     const std::optional<std::uint32_t> seq = queue_.want_room();
     if (!seq)
         return true;
-    const std::int64_t t0 =
-        std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count();
-    if (queue_.room_spin_first(t0)) {
-        const auto until = start + std::min<std::chrono::nanoseconds>(limit, Tuning::room_spin);
-        // The clock and the token every 16 polls: the wake is one read of a quiet line.
-        for (std::uint32_t i = 1;; ++i) {
-            if (queue_.room_woken(*seq))
-                return !w.stop.stop_requested();
-            if ((i & 15) == 0 &&
-                (w.stop.stop_requested() || std::chrono::steady_clock::now() >= until))
-                break;
-            cpu_relax();
-        }
-    }
+    // Before the kernel: a few yields, each lending this core to a worker that drains. Each
+    // checks the wake word, a line only the waking pop writes (not the workers' pop counts).
     for (std::uint32_t k = 0; k < Tuning::room_yields; ++k) {
         std::this_thread::yield();
         if (queue_.room_woken(*seq))
             return !w.stop.stop_requested();
     }
+    std::chrono::nanoseconds limit = std::chrono::milliseconds(20);
     if (w.bounded) {
-        // What is left of the deadline after the spin and the yields.
+        // What the yields left of the deadline.
         const auto now = std::chrono::steady_clock::now();
         if (now >= w.deadline)
             return false;
