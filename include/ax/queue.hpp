@@ -14,7 +14,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
-#include <optional>
 #include <utility>
 
 namespace ax::detail {
@@ -180,37 +179,19 @@ template <class Links> class DoubleBufferQueue {
     /// work while it comes back from the kernel.
     [[nodiscard]] std::uint32_t room_mark() const noexcept { return soft_limit_ / 2; }
 
-    /// Announces a producer waiting for room: returns the wake sequence to hand to
-    /// room_woken() and wait_for_room(), or nullopt if there is room already (the length is at
-    /// room_mark()) or the queue is closed. Announce-then-check: the flag is set, then the
-    /// length read (both seq_cst, against the pop's seq_cst count and flag read), so a pop
-    /// either sees the flag or the caller sees the pop.
-    [[nodiscard]] std::optional<std::uint32_t> want_room() {
+    /// Parks the caller until the length may have dropped to room_mark() (a pop saw it there),
+    /// close() or wake_room() ran, or `timeout` passed. Announce-then-check: the flag is set,
+    /// then the length read (both seq_cst, against the pop's seq_cst count and flag read), so a
+    /// pop either sees the flag or the caller sees the pop. Returns at once if there is room.
+    void wait_for_room(std::chrono::nanoseconds timeout) {
         const std::uint32_t seq = room_seq_.load(std::memory_order_seq_cst);
         room_wanted_.store(true, std::memory_order_seq_cst);
         if (length() <= room_mark() || closed_seen())
-            return std::nullopt;
-        return seq;
-    }
-
-    /// Whether a wake came since want_room() returned `seq`: a pop brought the length to
-    /// room_mark(), or close() / wake_room() ran. One read of a line that only those wakes
-    /// write, so a producer checking it between its yields costs the workers nothing (the
-    /// length would read every stripe of their pop counts).
-    [[nodiscard]] bool room_woken(std::uint32_t seq) const noexcept {
-        return room_seq_.load(std::memory_order_acquire) != seq;
-    }
-
-    /// Parks the caller (after want_room() returned `seq`) until a wake or `timeout`. Counted
-    /// in `room_sleepers_` meanwhile, so a wake that finds nobody in the kernel makes no system
-    /// call.
-    void wait_for_room(std::uint32_t seq, std::chrono::nanoseconds timeout) {
-        room_sleepers_.fetch_add(1, std::memory_order_seq_cst);
+            return;
         Futex::wait_tagged_for(room_seq_, seq, 0xffffffffu /* any */, timeout);
-        room_sleepers_.fetch_sub(1, std::memory_order_relaxed);
     }
 
-    /// Wakes every producer waiting for room (shutdown, a stop token).
+    /// Wakes every producer parked in wait_for_room() (shutdown, a stop token).
     void wake_room() noexcept {
         room_wanted_.store(false, std::memory_order_seq_cst);
         room_seq_.fetch_add(1, std::memory_order_seq_cst);
@@ -306,13 +287,8 @@ template <class Links> class DoubleBufferQueue {
   private:
     void wake_room_unflagged() noexcept {
         room_seq_.fetch_add(1, std::memory_order_seq_cst);
-        // A sleeper counts itself before its futex wait checks the sequence: either that check
-        // sees the bump above, or this read sees the sleeper. A producer still in its yields
-        // (the usual case for tiny tasks) then costs the waking worker no system call.
-        if (room_sleepers_.load(std::memory_order_seq_cst) != 0)
-            Futex::wake_all(room_seq_);
+        Futex::wake_all(room_seq_);
     }
-
     [[nodiscard]] bool closed_seen() {
         std::lock_guard lock(mutex_);
         return closed_;
@@ -388,8 +364,6 @@ template <class Links> class DoubleBufferQueue {
     /// its own that pops only read; and the word they sleep on (bumped by every wake).
     alignas(64) std::atomic<bool> room_wanted_{false};
     alignas(64) std::atomic<std::uint32_t> room_seq_{0};
-    /// Producers inside the futex wait on room_seq_ (a wake that finds none skips the call).
-    std::atomic<std::uint32_t> room_sleepers_{0};
 };
 
 } // namespace ax::detail

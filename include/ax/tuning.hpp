@@ -74,14 +74,13 @@ struct Tuning {
     static constexpr std::chrono::microseconds help_backoff_min{50};
     static constexpr std::chrono::microseconds help_backoff_max{2000};
 
-    /// Yields a refused post_wait / submit_wait makes, re-reading the queue's wake word, before
-    /// it parks on the futex (default 16). Each yield lends the producer's core to a draining
+    /// Yields a refused post_wait / submit_wait makes, re-reading the queue's length, before it
+    /// parks on the futex (default 16). Each yield lends the producer's core to a draining
     /// worker; a queue of microsecond tasks is often back at its room mark within them, which
     /// spares a futex wait and wake. 0 parks at once (no CPU spent while the queue is slow);
     /// more burns a little CPU when tasks are long. Alternating runs of 1M tiny tasks on a
     /// loaded 2-core machine: 16 yields 3.52 M/s median against 2.98 M/s parking at once
-    /// (noisy: 2.10 - 5.53 and 2.43 - 4.39). No spin before them: it measured worse on the loaded
-    /// 2-core machine (docs/isolation.md, "Why post_wait trails the fixed pool").
+    /// (noisy: 2.10 - 5.53 and 2.43 - 4.39).
     static constexpr std::uint32_t room_yields = 16;
 
     /// A worker on the default clock (std::chrono::steady_clock, x86) reuses its last clock

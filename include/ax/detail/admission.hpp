@@ -13,7 +13,6 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <type_traits>
 #include <utility>
 
@@ -102,43 +101,34 @@ Expected<TaskId> SchedulerCore<Clock, Controller>::post(F&& f, const SubmitOptio
     return id;
 }
 
-/// A waiting submit was refused for want of room: wait until a pop brings the queue down to
-/// its room mark (DoubleBufferQueue::room_woken), shutdown, the stop token, or the deadline.
-/// False when the wait is over (deadline passed, stop requested): the refusal stands.
-///
-/// First Tuning::room_yields yields, then the futex, capped at 20 ms only as a safety net (the
-/// wake comes from the pop). No spin: on a machine with fewer cores than threads (the default
-/// Config's four workers and a producer on two) a spinning producer holds up the very drain it
-/// waits for (docs/isolation.md, "Why post_wait trails the fixed pool"). A queue that does not
-/// drain costs the yields per 20 ms, not a core.
+/// A waiting submit was refused for want of room: park until a pop brings the queue down to
+/// its room mark (DoubleBufferQueue::wait_for_room), shutdown, the stop token, or the deadline.
+/// False when the wait is over (deadline passed, stop requested): the refusal stands. The
+/// futex wait is capped (Tuning-free 20 ms) only as a safety net; the wake comes from the pop.
 template <SchedulerClock Clock, ControllerPolicy Controller>
 bool SchedulerCore<Clock, Controller>::wait_for_room(const RoomWait& w) {
-    if (w.stop.stop_requested() || !lifecycle_.accepting() ||
-        (w.bounded && std::chrono::steady_clock::now() >= w.deadline))
+    if (w.stop.stop_requested() || !lifecycle_.accepting())
         return false;
-    const std::optional<std::uint32_t> seq = queue_.want_room();
-    if (!seq)
-        return true;
-    // Before the kernel: a few yields, each lending this core to a worker that drains. Each
-    // checks the wake word, a line only the waking pop writes (not the workers' pop counts).
-    for (std::uint32_t k = 0; k < Tuning::room_yields; ++k) {
-        std::this_thread::yield();
-        if (queue_.room_woken(*seq))
-            return !w.stop.stop_requested();
-    }
     std::chrono::nanoseconds limit = std::chrono::milliseconds(20);
     if (w.bounded) {
-        // What the yields left of the deadline.
         const auto now = std::chrono::steady_clock::now();
         if (now >= w.deadline)
             return false;
         limit = std::min<std::chrono::nanoseconds>(limit, w.deadline - now);
     }
+    // Before the kernel: a few yields, each giving this core to a worker that drains (on a
+    // machine with fewer cores than threads the producer's core is theirs to take). A queue of
+    // microsecond tasks is back at its room mark within them, without a futex round trip.
+    for (std::uint32_t k = 0; k < Tuning::room_yields; ++k) {
+        std::this_thread::yield();
+        if (queue_.length() <= queue_.room_mark())
+            return true;
+    }
     if (w.stop.stop_possible()) {
         std::stop_callback wake(w.stop, [this] { queue_.wake_room(); });
-        queue_.wait_for_room(*seq, limit);
+        queue_.wait_for_room(limit);
     } else {
-        queue_.wait_for_room(*seq, limit);
+        queue_.wait_for_room(limit);
     }
     return !w.stop.stop_requested();
 }
