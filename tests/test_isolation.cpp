@@ -9,6 +9,7 @@
 #include <ax/scheduler.hpp>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <ctime>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -420,6 +421,55 @@ TEST_CASE("post_wait gives up at its deadline or its stop token with the backpre
     REQUIRE_FALSE(got->has_value());
     CHECK(got->error().code == ax::Errc::busy);
     q.gate.open();
+}
+
+namespace {
+/// CPU time of the calling thread.
+std::chrono::nanoseconds thread_cpu_time() {
+    timespec ts{};
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
+}
+} // namespace
+
+TEST_CASE("post_wait on a queue that does not drain costs its thread next to no CPU",
+          "[isolation][wait]") {
+    // The wait yields before it parks (Tuning::room_yields); a queue that stays full must still
+    // find the producer asleep nearly all the time, over several waits in a row (each wakes at
+    // the 20 ms safety cap and goes back to sleep).
+    FullQueue q;
+    q.fill();
+    std::chrono::nanoseconds cpu{0}, wall{0};
+    std::optional<ax::Errc> code;
+    std::thread producer([&] {
+        const auto c0 = thread_cpu_time();
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < 4; ++i) {
+            const auto r = q.sched.post_wait([] {}, {}, std::chrono::steady_clock::now() + 100ms);
+            if (r) {
+                code.reset();
+                return;
+            }
+            code = r.error().code;
+        }
+        wall = std::chrono::steady_clock::now() - t0;
+        cpu = thread_cpu_time() - c0;
+    });
+    producer.join();
+    REQUIRE(code == ax::Errc::busy);
+    CHECK(wall >= 400ms);
+    // Generous: the waits cost well under 1 % of the window (16 yields per 20 ms futex cap); a
+    // producer that spun or yielded throughout would take most of it.
+    INFO("producer CPU " << cpu.count() / 1000 << " us over " << wall.count() / 1000 << " us");
+    CHECK(cpu < wall / 10);
+    // Then the drain still wakes it.
+    std::optional<ax::Expected<ax::TaskId>> got;
+    std::thread second([&] { got.emplace(q.sched.post_wait([&] { ++q.ran; })); });
+    q.gate.open();
+    second.join();
+    REQUIRE(got.has_value());
+    CHECK(got->has_value());
+    REQUIRE(eventually([&] { return q.ran.load() == 8; }));
 }
 
 TEST_CASE("submit_wait is cancelled by shutdown", "[isolation][wait]") {
