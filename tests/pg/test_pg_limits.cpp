@@ -9,6 +9,7 @@
 #define CATCH_CONFIG_RUNNER
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <ax/pg/pg.hpp>
 #include <catch2/catch.hpp>
@@ -240,6 +241,31 @@ TEST_CASE("limits: set, replace, list, clear; bad input refused; ax-pg", "[limit
     CHECK(db.scalar("SELECT count(*) FROM ax.tasks WHERE grp = 'pay'") == 2);
     CHECK(db.scalar("SELECT count(*) FROM ax.tasks WHERE grp = 'pay' AND grp_key = 't1'") == 1);
     CHECK(db.scalar("SELECT count(*) FROM ax.tasks WHERE grp IS NULL AND grp_key = ''") == 1);
+    // A large call (>= ClientOptions::copy_min_tasks, no keys or times) goes by the grouped
+    // COPY: every row keeps its group and key, NULL and '' for the ungrouped ones; with copy
+    // switched off the same call goes by the keyed statement and writes the same.
+    for (const std::size_t copy_min : {std::size_t{128}, std::size_t{0}}) {
+        pg::Client bulk(db.conninfo, {.copy_min_tasks = copy_min});
+        static const std::array<std::string, 3> groups = {"bulk", "bulk", ""};
+        static const std::array<std::string, 3> keys = {"k1", "", ""};
+        std::vector<pg::NewTask> many;
+        for (int i = 0; i < 300; ++i)
+            many.push_back(span_task(groups[static_cast<std::size_t>(i % 3)],
+                                     keys[static_cast<std::size_t>(i % 3)], "bulk|0"));
+        const auto got = bulk.enqueue_many(many);
+        REQUIRE(got.size() == 300);
+        const std::string first = std::to_string(got.front().id);
+        CHECK(db.scalar("SELECT count(*) FROM ax.tasks WHERE id >= " + first +
+                        " AND grp = 'bulk' AND grp_key = 'k1'") == 100);
+        CHECK(db.scalar("SELECT count(*) FROM ax.tasks WHERE id >= " + first +
+                        " AND grp = 'bulk' AND grp_key = ''") == 100);
+        CHECK(db.scalar("SELECT count(*) FROM ax.tasks WHERE id >= " + first +
+                        " AND grp IS NULL AND grp_key = ''") == 100);
+        // In input order: the task at i % 3 == 0 has the key.
+        CHECK(db.scalar("SELECT count(*) FROM ax.tasks WHERE id = " + first +
+                        " AND grp_key = 'k1'") == 1);
+        CHECK(db.scalar("DELETE FROM ax.tasks WHERE id >= " + first + " RETURNING 1") == 1);
+    }
     pg::NewTask bad = span_task("", "k", "x|0");
     CHECK_THROWS_AS(c.enqueue(bad), std::invalid_argument);
     const std::string long_group(201, 'x');

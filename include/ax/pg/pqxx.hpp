@@ -155,7 +155,7 @@ inline std::vector<Enqueued> enqueue_on(pqxx::dbtransaction& tx, std::span<const
     const std::size_t n = tasks.size();
     std::vector<Enqueued> out;
     out.reserve(n);
-    if (call.keyed) {
+    if (call.keyed || call.grouped) {
         const pqxx::result r = tx.exec_params(
             sql::enqueue_keyed_sql, kind.str(), payload.str(), priority.str(), timeout_ms.str(),
             max_attempts.str(), delay_ms.str(), idem_key.str(), tags.str(), run_at_us.str(),

@@ -251,6 +251,8 @@ class CopyWriter {
         append_be(out_, static_cast<std::int32_t>(s.size()));
         out_.append(s);
     }
+    /// A NULL field.
+    void field_null() { append_be(out_, std::int32_t{-1}); }
     /// A text[] field without NULLs.
     void field_text_array(std::span<const std::string_view> items) {
         append_be(out_, static_cast<std::int32_t>(text_array_size(items)));

@@ -121,6 +121,13 @@ inline constexpr const char* enqueue_copy_sql =
     "COPY ax.tasks (id, kind, payload, priority, timeout_ms, max_attempts, tags) FROM STDIN "
     "(FORMAT binary)";
 
+/// The same with the limit group and partition key (NewTask::group, group_key; NULL and ''
+/// for a task without a group), for a call where some task has a group: a call without one
+/// sends no group columns.
+inline constexpr const char* enqueue_copy_grouped_sql =
+    "COPY ax.tasks (id, kind, payload, priority, timeout_ms, max_attempts, tags, grp, grp_key) "
+    "FROM STDIN (FORMAT binary)";
+
 /// One enqueue_many call's tasks as the statements' array parameters, one binary array per
 /// column (reused across calls: refilling does not allocate once grown).
 struct EnqueueColumns {
@@ -254,14 +261,15 @@ inline std::vector<Enqueued> enqueue_unkeyed(detail::Connection& c, EnqueueColum
     return ids_of(c.exec_binary(enqueue_unkeyed_sql, params, detail::Format::binary), n);
 }
 
-/// The COPY data of enqueue_copy_sql for `tasks` with their reserved `ids` (same order), in
-/// `buf`: per row the statement's seven columns in their types' binary send formats.
+/// The COPY data of enqueue_copy_sql (enqueue_copy_grouped_sql when `grouped`) for `tasks`
+/// with their reserved `ids` (same order), in `buf`: per row the statement's columns in their
+/// types' binary send formats.
 inline void write_copy(std::string& buf, std::span<const NewTask> tasks,
-                       std::span<const Enqueued> ids) {
+                       std::span<const Enqueued> ids, bool grouped = false) {
     detail::CopyWriter w(buf);
     for (std::size_t i = 0; i < tasks.size(); ++i) {
         const NewTask& t = tasks[i];
-        w.row(7);
+        w.row(grouped ? 9 : 7);
         w.field_int(ids[i].id);
         w.field_bytes(t.kind);
         w.field_bytes(t.payload);
@@ -269,6 +277,13 @@ inline void write_copy(std::string& buf, std::span<const NewTask> tasks,
         w.field_int(static_cast<std::int32_t>(t.timeout.count()));
         w.field_int(static_cast<std::int32_t>(t.max_attempts));
         w.field_text_array(t.tags);
+        if (grouped) {
+            if (t.group.empty())
+                w.field_null();
+            else
+                w.field_bytes(t.group);
+            w.field_bytes(t.group_key);
+        }
     }
     w.finish();
 }
@@ -277,14 +292,14 @@ inline void write_copy(std::string& buf, std::span<const NewTask> tasks,
 /// binary COPY (enqueue_copy_sql) built in `buf` (reused; a large call's buffer is released
 /// after it). A failed COPY leaves only a gap of unused IDs, as a failed INSERT does.
 inline std::vector<Enqueued> enqueue_copy(detail::Connection& c, std::span<const NewTask> tasks,
-                                          std::string& buf) {
+                                          std::string& buf, bool grouped = false) {
     const std::size_t n = tasks.size();
     const std::string count = std::to_string(n);
     const char* v[1] = {count.c_str()};
     detail::Result r = c.exec_raw(reserve_ids_sql, 1, v, nullptr, nullptr, 1);
     std::vector<Enqueued> out = ids_of(r, n);
-    write_copy(buf, tasks, out);
-    detail::Result done = c.copy_in(enqueue_copy_sql, buf);
+    write_copy(buf, tasks, out, grouped);
+    detail::Result done = c.copy_in(grouped ? enqueue_copy_grouped_sql : enqueue_copy_sql, buf);
     const std::string_view tuples = done.affected_rows();
     if (count != tuples)
         throw Error("ax::pg: enqueue copied " + std::string(tuples) + " rows for " + count +
@@ -296,9 +311,11 @@ inline std::vector<Enqueued> enqueue_copy(detail::Connection& c, std::span<const
 
 /// What validate_tasks found about a call's tasks (it picks the statement).
 struct TaskCall {
-    /// Some task has an idempotency key or a group: the keyed statement (the only one that
-    /// writes groups).
+    /// Some task has an idempotency key: the keyed statement.
     bool keyed = false;
+    /// Some task has a group: the keyed statement or the grouped COPY (the ones that write
+    /// groups).
+    bool grouped = false;
     /// Some task has a delay or a run_at: not the COPY path (its rows take run_at = now()).
     bool timed = false;
 };
@@ -390,7 +407,8 @@ inline TaskCall validate_tasks(std::span<const NewTask> tasks, std::size_t max_p
         if (t.group.empty() && !t.group_key.empty())
             bad_task(i, "group_key", quoted_prefix(t.group_key),
                      "needs a group (a partition key is within a group)");
-        call.keyed = call.keyed || !t.idempotency_key.empty() || !t.group.empty();
+        call.keyed = call.keyed || !t.idempotency_key.empty();
+        call.grouped = call.grouped || !t.group.empty();
         call.timed = call.timed || t.delay.count() != 0 || t.run_at.has_value();
     }
     return call;
@@ -409,11 +427,11 @@ inline std::vector<Enqueued> enqueue_tasks(detail::Connection& c, std::span<cons
     const TaskCall call =
         validate_tasks(tasks, max_payload_bytes, std::chrono::system_clock::now());
     if (!call.keyed && !call.timed && copy_min_tasks != 0 && tasks.size() >= copy_min_tasks)
-        return enqueue_copy(c, tasks, copy_buf);
+        return enqueue_copy(c, tasks, copy_buf, call.grouped);
     EnqueueColumns cols;
     cols.fill(tasks);
-    return call.keyed ? enqueue_keyed(c, cols, tasks.size())
-                      : enqueue_unkeyed(c, cols, tasks.size());
+    return call.keyed || call.grouped ? enqueue_keyed(c, cols, tasks.size())
+                                      : enqueue_unkeyed(c, cols, tasks.size());
 }
 
 } // namespace ax::pg::sql
