@@ -266,6 +266,18 @@ TEST_CASE("limits: set, replace, list, clear; bad input refused; ax-pg", "[limit
                         " AND grp_key = 'k1'") == 1);
         CHECK(db.scalar("DELETE FROM ax.tasks WHERE id >= " + first + " RETURNING 1") == 1);
     }
+    // A dead letter keeps its group and key; a replay brings the task back under its group.
+    {
+        const auto dl = c.enqueue(span_task("pay", "t9", "dead|0"));
+        const std::string id = std::to_string(dl.id);
+        db.scalar("SELECT 1 FROM ax.dead_letter(" + id + ", 'boom', 'permanent')");
+        CHECK(db.scalar("SELECT count(*) FROM ax.dead_letters WHERE id = " + id +
+                        " AND grp = 'pay' AND grp_key = 't9'") == 1);
+        REQUIRE(c.replay_dead_letter(dl.id));
+        CHECK(db.scalar("SELECT count(*) FROM ax.tasks WHERE id = " + id +
+                        " AND grp = 'pay' AND grp_key = 't9'") == 1);
+        CHECK(db.scalar("DELETE FROM ax.tasks WHERE id = " + id + " RETURNING 1") == 1);
+    }
     pg::NewTask bad = span_task("", "k", "x|0");
     CHECK_THROWS_AS(c.enqueue(bad), std::invalid_argument);
     const std::string long_group(201, 'x');

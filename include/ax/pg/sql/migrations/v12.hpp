@@ -29,6 +29,9 @@
 // claims again after a back-off that starts at 2 ms and doubles to 256 ms while such claims find
 // nothing (so a node facing a full group sends at most about 4 claims a second, as idle ones do).
 //
+// A dead letter keeps its group and key (ax.dead_letters.grp, grp_key), and a replay restores
+// them.
+//
 // Fair shares among a lane's keys become weighted: ax.key_weights (group, key, weight 1..1000,
 // default 1), set by ax.set_key_weight / Client::set_key_weight; the ungrouped tasks weigh 1.
 
@@ -45,6 +48,26 @@ UPDATE ax.tasks SET grp_slice = 0 WHERE grp IS NOT NULL AND node_id IS NOT NULL;
 DROP INDEX ax.tasks_grouped_running;
 CREATE INDEX tasks_grouped_running ON ax.tasks (grp, grp_key, grp_slice)
     WHERE node_id IS NOT NULL AND grp IS NOT NULL;
+
+-- A dead letter keeps its group and key, so a replay brings it back under its group's limits.
+ALTER TABLE ax.dead_letters ADD COLUMN grp text, ADD COLUMN grp_key text NOT NULL DEFAULT '';
+CREATE OR REPLACE FUNCTION ax.dead_letter(p_id bigint, p_error text, p_reason text) RETURNS void
+LANGUAGE sql AS $$
+    WITH d AS (DELETE FROM ax.tasks WHERE id = p_id RETURNING *)
+    INSERT INTO ax.dead_letters (id, kind, priority, payload, tags, max_attempts, timeout_ms,
+                                 attempts, idem_key, errors, reason, enqueued_at, grp, grp_key)
+    SELECT id, kind, priority, payload, tags, max_attempts, timeout_ms, attempts, idem_key,
+           CASE WHEN p_error IS NULL THEN errors ELSE errors || p_error END, p_reason, enqueued_at,
+           grp, grp_key
+    FROM d $$;
+CREATE OR REPLACE FUNCTION ax.replay_dead_letter(p_id bigint) RETURNS boolean LANGUAGE sql AS $$
+    WITH d AS (DELETE FROM ax.dead_letters WHERE id = p_id RETURNING *),
+    i AS (INSERT INTO ax.tasks (id, kind, priority, payload, tags, max_attempts, timeout_ms,
+                                idem_key, enqueued_at, grp, grp_key)
+          SELECT id, kind, priority, payload, tags, max_attempts, timeout_ms, idem_key, enqueued_at,
+                 grp, grp_key
+          FROM d RETURNING id)
+    SELECT EXISTS (SELECT 1 FROM i) $$;
 
 CREATE TABLE ax.key_weights (
     grp     text NOT NULL CHECK (length(grp) BETWEEN 1 AND 200),
