@@ -338,9 +338,8 @@ TEST_CASE("security: a foreign Host header is 403 (DNS rebinding)", "[security]"
     auto c = s.client();
     for (const std::string& host : std::vector<std::string>{
              "evil.example", "evil.example:" + std::to_string(s.port), "127.0.0.1.nip.io"}) {
-        for (const std::string& path :
-             std::vector<std::string>{"/", "/api/overview", "/api/tasks", "/api/config",
-                                      "/api/limits", "/api/flows"}) {
+        for (const std::string& path : std::vector<std::string>{
+                 "/", "/api/overview", "/api/tasks", "/api/config", "/api/limits", "/api/flows"}) {
             auto r = c->Get(path.c_str(), {{"Host", host}});
             REQUIRE(r);
             CHECK(r->status == 403);
@@ -789,8 +788,7 @@ TEST_CASE("console API: limits, key weights and flows", "[console_api]") {
         CHECK(m["rate_period_ms"] == 60000);
         CHECK(m["running"] == 0);
         CHECK(m["queued"] == 0);
-        CHECK(l["key_weights"] ==
-              json::array({{{"group", evil}, {"key", evil}, {"weight", 3}}}));
+        CHECK(l["key_weights"] == json::array({{{"group", evil}, {"key", evil}, {"weight", 3}}}));
         // The same figures in the overview's status and ax::pg's JSON text agree.
         CHECK(cl.limits().size() == 2);
     }

@@ -404,7 +404,8 @@ class Console {
                 read(req, res, [](ax::pg::Client& c) { return overview_json(c.overview()); });
             });
         server.Get(b + "/api/limits", [this](const httplib::Request& req, httplib::Response& res) {
-            read(req, res, [](ax::pg::Client& c) { return limits_json(c.limits(), c.key_weights()); });
+            read(req, res,
+                 [](ax::pg::Client& c) { return limits_json(c.limits(), c.key_weights()); });
         });
         server.Get(b + "/api/flows", [this](const httplib::Request& req, httplib::Response& res) {
             read(req, res, [&req](ax::pg::Client& c) {
