@@ -37,6 +37,9 @@ HOSTILE_PAYLOAD = '"><img src=x onerror="window.__pwned=\'payload\'">\'quoted\''
 HOSTILE_ERROR = "<img src=x onerror=window.__pwned='error'> & \"quotes\""
 HOSTILE_TAG = "<svg/onload=window.__pwned='tag'>"
 HOSTILE_NODE = "<b onmouseover=window.__pwned='node'>node</b>"
+HOSTILE_GROUP = "<img src=x onerror=window.__pwned='group'>\"grp\""
+HOSTILE_KEY = "<iframe onload=window.__pwned='key'>"
+HOSTILE_FLOW = "<script>window.__pwned='flow'</script>&amp;"
 
 
 def fail(msg):
@@ -248,6 +251,14 @@ def seed(db, p):
     p.run("UPDATE ax.dead_letters SET failed_at = now() - (id % 7) * interval '8 minutes' "
           "WHERE kind = 'email.send'", db)
     p.run("SELECT ax.pause('kind', 'report.build')", db)
+    # A limited group, a key weight and an unfinished flow, all with hostile names (the Limits and
+    # Flows panels).
+    p.run("SELECT ax.set_limit(%s, 2, false, 10, 1000)" % q(HOSTILE_GROUP), db)
+    p.run("SELECT ax.set_key_weight(%s, %s, 3)" % (q(HOSTILE_GROUP), q(HOSTILE_KEY)), db)
+    flow = [{"name": "fetch", "kind": "flow.step"},
+            {"name": "merge", "kind": "flow.step", "depends_on": ["fetch"]}]
+    p.run("SELECT min(flow_id) FROM ax.enqueue_flow(%s, %s::jsonb)"
+          % (q(HOSTILE_FLOW), q(json.dumps(flow))), db)
     return ids
 
 
@@ -330,9 +341,23 @@ def main():
         # Hostile strings: shown literally, nothing executed, no element made from them.
         dt.wait("document.getElementById('nodes').textContent.includes(%s)" % json.dumps(HOSTILE_NODE),
                 "the hostile node name in the nodes table")
+        dt.wait("document.getElementById('limits').textContent.includes(%s) && "
+                "document.getElementById('flows').textContent.includes(%s)"
+                % (json.dumps(HOSTILE_GROUP), json.dumps(HOSTILE_FLOW)),
+                "the hostile group and flow in the Limits and Flows panels")
         text = dt.js("document.body.textContent")
         for s, what in ((HOSTILE_KIND, "kind"), (HOSTILE_NODE, "node name"), (HOSTILE_TAG, "tag")):
             check(s in text, "the hostile %s shows as text" % what)
+        check(HOSTILE_KEY in dt.js("document.getElementById('weights').textContent"),
+              "the hostile key shows as text in the key weights")
+        limits_row = dt.js("Array.from(document.querySelectorAll('#limits tbody td')).map("
+                           "c => c.textContent)")
+        check(limits_row[:6] == [HOSTILE_GROUP, "running \u2264 2, rate 10 / 1000 ms", "0", "0", "0", "-"],
+              "the limits row: group, limits, running, queued, keys, next slot (%s)" % limits_row)
+        flows_row = dt.js("Array.from(document.querySelectorAll('#flows tbody td')).map("
+                          "c => c.textContent)")
+        check(flows_row[1] == HOSTILE_FLOW and flows_row[3] == " 0/2" and flows_row[4] == "1"
+              and flows_row[5] == "1", "the flow row: name, progress, waiting, pending (%s)" % flows_row)
 
         def set_filter(**f):
             fields = {"state": "", "kind": "", "tag": "", "lane": "", "key": "", "older": "",
@@ -418,6 +443,9 @@ def main():
         p.run("DELETE FROM ax.nodes WHERE name = %s" % q(HOSTILE_NODE), DB)
         p.run("DELETE FROM ax.dead_letters WHERE id = %d" % ids["hostile"], DB)
         p.run("DELETE FROM ax.tasks WHERE id = %d" % ids["hostile_tag"], DB)
+        p.run("SELECT ax.clear_limit(%s)" % q(HOSTILE_GROUP), DB)
+        p.run("SELECT ax.set_key_weight(%s, %s, 1)" % (q(HOSTILE_GROUP), q(HOSTILE_KEY)), DB)
+        p.run("UPDATE ax.flows SET name = 'order-7' WHERE name = %s" % q(HOSTILE_FLOW), DB)
         dt.call("Page.reload")
         dt.wait("document.readyState === 'complete' && document.querySelectorAll('#tasks "
                 "tr.row').length > 5 && document.querySelectorAll('#kinds tr').length > 1",

@@ -338,8 +338,8 @@ TEST_CASE("security: a foreign Host header is 403 (DNS rebinding)", "[security]"
     auto c = s.client();
     for (const std::string& host : std::vector<std::string>{
              "evil.example", "evil.example:" + std::to_string(s.port), "127.0.0.1.nip.io"}) {
-        for (const std::string& path :
-             std::vector<std::string>{"/", "/api/overview", "/api/tasks", "/api/config"}) {
+        for (const std::string& path : std::vector<std::string>{
+                 "/", "/api/overview", "/api/tasks", "/api/config", "/api/limits", "/api/flows"}) {
             auto r = c->Get(path.c_str(), {{"Host", host}});
             REQUIRE(r);
             CHECK(r->status == 403);
@@ -488,7 +488,8 @@ TEST_CASE("security: responses carry nosniff, a CSP with a fresh nonce and frame
     }
     CHECK(nonces.size() == 3);
     for (const std::string& path :
-         std::vector<std::string>{"/api/overview", "/api/tasks", "/api/config", "/api/task/x"}) {
+         std::vector<std::string>{"/api/overview", "/api/tasks", "/api/config", "/api/task/x",
+                                  "/api/limits", "/api/flows"}) {
         auto r = c->Get(path.c_str());
         REQUIRE(r);
         CHECK(r->get_header_value("X-Content-Type-Options") == "nosniff");
@@ -527,7 +528,8 @@ TEST_CASE("security: with protect_reads the JSON API needs the token too", "[sec
     Served s(shared_db().conninfo, o);
     auto c = s.client();
     for (const std::string& path :
-         std::vector<std::string>{"/api/overview", "/api/tasks", "/api/config", "/api/task/1"}) {
+         std::vector<std::string>{"/api/overview", "/api/tasks", "/api/config", "/api/task/1",
+                                  "/api/limits", "/api/flows"}) {
         auto r = c->Get(path.c_str());
         REQUIRE(r);
         CHECK(r->status == 401);
@@ -731,6 +733,103 @@ TEST_CASE("console API: overview, filters, pagination, task page", "[console_api
     }
 }
 
+TEST_CASE("console API: limits, key weights and flows", "[console_api]") {
+    Db db("ax_console_limits");
+    pg::Client cl(db.conninfo);
+    // A hostile group, key and flow name: they must come back as JSON text.
+    const std::string evil = "<script>alert(1)</script>\"'><img src=x onerror=alert(2)>";
+    cl.set_limit(evil, {.max_running = 1});
+    cl.set_limit("mail", {.per_key = true, .rate_n = 5, .rate_period = 60s});
+    cl.set_key_weight(evil, evil, 3);
+    std::vector<std::int64_t> grouped;
+    for (const char* key : {"a", "b", "b"})
+        grouped.push_back(db.enqueue({.kind = "limited", .group = evil, .group_key = key}));
+    // Flow "open": a -> b, with a held by a node (running) and b waiting for it.
+    const std::vector<pg::FlowTask> two = {
+        {.name = "a", .task = {.kind = "step"}},
+        {.name = "b", .task = {.kind = "step"}, .depends_on = {"a"}}};
+    const pg::FlowEnqueued open = cl.enqueue_flow(evil, two);
+    // Flow "done": its one task cancelled, so it is finished.
+    const std::vector<pg::FlowTask> one = {{.name = "only", .task = {.kind = "step"}}};
+    const pg::FlowEnqueued done = cl.enqueue_flow("done", one);
+    REQUIRE(cl.cancel(done.ids[0]) == pg::CancelResult::cancelled);
+    const std::int64_t node = db.scalar(
+        "INSERT INTO ax.nodes (name, kinds, tags, host, pid, lease_until) VALUES ('node-l', "
+        "'{limited,step}', '{}', 'h1', 42, now() + interval '30 s') RETURNING id");
+    db.exec("UPDATE ax.tasks SET node_id = " + std::to_string(node) + " WHERE id IN (" +
+            std::to_string(grouped[0]) + ", " + std::to_string(open.ids[0]) + ")");
+
+    Served s(db.conninfo, {});
+    auto c = s.client();
+
+    SECTION("limits and key weights") {
+        auto r = c->Get("/api/limits");
+        REQUIRE(r);
+        REQUIRE(r->status == 200);
+        CHECK(r->get_header_value("Content-Type") == "application/json");
+        CHECK(r->body.find("<script>") != std::string::npos); // JSON text, the page's textContent
+        const json l = json::parse(r->body);
+        std::map<std::string, json> groups;
+        for (const auto& g : l["limits"])
+            groups[g["group"]] = g;
+        REQUIRE(groups.size() == 2);
+        const json& e = groups.at(evil);
+        CHECK(e["max_running"] == 1);
+        CHECK(e["per_key"] == false);
+        CHECK(e["rate_n"].is_null());
+        CHECK(e["running"] == 1);
+        CHECK(e["queued"] == 2);
+        CHECK(e["keys"] == 2);
+        CHECK(e["next_slot_s"].is_null());
+        const json& m = groups.at("mail");
+        CHECK(m["max_running"].is_null());
+        CHECK(m["per_key"] == true);
+        CHECK(m["rate_n"] == 5);
+        CHECK(m["rate_period_ms"] == 60000);
+        CHECK(m["running"] == 0);
+        CHECK(m["queued"] == 0);
+        CHECK(l["key_weights"] == json::array({{{"group", evil}, {"key", evil}, {"weight", 3}}}));
+        // The same figures in the overview's status and ax::pg's JSON text agree.
+        CHECK(cl.limits().size() == 2);
+    }
+    SECTION("flows: newest first, progress, finished marked, bounded") {
+        const json f = body_of(c->Get("/api/flows"));
+        REQUIRE(f["flows"].size() == 2);
+        const json& newest = f["flows"][0];
+        CHECK(newest["id"] == done.flow_id);
+        CHECK(newest["name"] == "done");
+        CHECK(newest["finished"] == true);
+        CHECK(newest["cancelled"] == 1);
+        const json& o = f["flows"][1];
+        CHECK(o["id"] == open.flow_id);
+        CHECK(o["name"] == evil);
+        CHECK(o["finished"] == false);
+        CHECK(o["tasks"] == 2);
+        CHECK(o["running"] == 1);
+        CHECK(o["waiting"] == 1);
+        CHECK(o["pending"] == 0);
+        CHECK(o["succeeded"] == 0);
+        CHECK(o["created_at"].get<double>() > 0);
+        const json first = body_of(c->Get("/api/flows?limit=1"));
+        REQUIRE(first["flows"].size() == 1);
+        CHECK(first["flows"][0]["id"] == done.flow_id);
+        for (const char* bad : {"0", "201", "x", "-1", ""}) {
+            auto r = c->Get(("/api/flows?limit=" + std::string(bad)).c_str());
+            REQUIRE(r);
+            CHECK(r->status == 400);
+        }
+    }
+    SECTION("the page has the panels, filled by text only") {
+        auto r = c->Get("/");
+        REQUIRE(r);
+        CHECK(r->body.find("<table id=\"limits\">") != std::string::npos);
+        CHECK(r->body.find("<table id=\"weights\">") != std::string::npos);
+        CHECK(r->body.find("<table id=\"flows\">") != std::string::npos);
+        CHECK(r->body.find("api(\"api/limits\")") != std::string::npos);
+        CHECK(r->body.find("api(\"api/flows?limit=20\")") != std::string::npos);
+    }
+}
+
 TEST_CASE("console actions: cancel, retry now, replay, discard, pause, resume",
           "[console_actions]") {
     Db db("ax_console_actions");
@@ -835,7 +934,7 @@ TEST_CASE("console: a query past the statement timeout is a 503, then the consol
     locker.exec("BEGIN");
     locker.exec("LOCK TABLE ax.tasks IN ACCESS EXCLUSIVE MODE");
     for (const std::string& path :
-         std::vector<std::string>{"/api/overview", "/api/tasks", "/api/task/1"}) {
+         std::vector<std::string>{"/api/overview", "/api/tasks", "/api/task/1", "/api/limits"}) {
         const auto t0 = std::chrono::steady_clock::now();
         auto r = c->Get(path.c_str());
         REQUIRE(r);

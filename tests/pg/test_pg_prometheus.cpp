@@ -145,6 +145,20 @@ TEST_CASE("a node's counters and the cluster status render with ax's conventions
     st.reclaimed_tasks = 50;
     st.checksum_mismatches = 1;
     st.paused = {{pg::PauseTarget::kind("resize"), 7.5}};
+    pg::LimitInfo api;
+    api.group = "api";
+    api.spec.max_running = 4;
+    api.running = 3;
+    api.queued = 12;
+    api.keys = 2;
+    pg::LimitInfo hostile; // a rate-limited group whose name needs escaping in a label value
+    hostile.group = "<script>\"x\"\\\n";
+    hostile.spec.per_key = true;
+    hostile.spec.rate_n = 10;
+    hostile.spec.rate_period = 1500ms;
+    hostile.queued = 5;
+    hostile.next_slot_s = 0.25;
+    st.limits = {api, hostile};
     // Appended to a scheduler's exposition, with a scheduler label: one body, no collisions.
     std::string body = ax::to_prometheus(ax::MetricsSnapshot{}, {.prefix = "ax", .scheduler = "n"});
     pg::append_prometheus(body, s, {.prefix = "ax", .scheduler = "n"});
@@ -174,6 +188,24 @@ TEST_CASE("a node's counters and the cluster status render with ax's conventions
     CHECK(v.at("ax_pg_cluster_node_tasks{scheduler=\"n\",node=\"42\"}") == "9");
     CHECK(v.at("ax_pg_cluster_reclaimed_batches_total{scheduler=\"n\"}") == "5");
     CHECK(v.at("ax_pg_cluster_checksum_mismatches_total{scheduler=\"n\"}") == "1");
+    // Limits: one series per group; a limit the group lacks has no series.
+    CHECK(v.at("ax_pg_limit_running{scheduler=\"n\",group=\"api\"}") == "3");
+    CHECK(v.at("ax_pg_limit_queued{scheduler=\"n\",group=\"api\"}") == "12");
+    CHECK(v.at("ax_pg_limit_keys{scheduler=\"n\",group=\"api\"}") == "2");
+    CHECK(v.at("ax_pg_limit_per_key{scheduler=\"n\",group=\"api\"}") == "0");
+    CHECK(v.at("ax_pg_limit_max_running{scheduler=\"n\",group=\"api\"}") == "4");
+    CHECK(v.count("ax_pg_limit_rate_starts{scheduler=\"n\",group=\"api\"}") == 0);
+    CHECK(v.count("ax_pg_limit_next_slot_seconds{scheduler=\"n\",group=\"api\"}") == 0);
+    // The hostile name: quote, backslash and newline escaped as the exposition format says.
+    const std::string h = "{scheduler=\"n\",group=\"<script>\\\"x\\\"\\\\\\n\"}";
+    CHECK(v.at("ax_pg_limit_queued" + h) == "5");
+    CHECK(v.at("ax_pg_limit_per_key" + h) == "1");
+    CHECK(v.count("ax_pg_limit_max_running" + h) == 0);
+    CHECK(v.at("ax_pg_limit_rate_starts" + h) == "10");
+    CHECK(v.at("ax_pg_limit_rate_period_seconds" + h) == "1.5");
+    CHECK(v.at("ax_pg_limit_next_slot_seconds" + h) == "0.25");
+    // No limited group: no limit family at all.
+    CHECK(pg::to_prometheus(pg::Status{}).find("_limit_") == std::string::npos);
 
     // Another prefix moves every family; none is unprefixed.
     const std::string other = pg::to_prometheus(s, {.prefix = "my-app"});
@@ -239,13 +271,36 @@ TEST_CASE("a node's counters and the cluster status as JSON text", "[render]") {
           "\"nodes\":{\"42\":{\"lease_left_s\":12.5,\"batches\":2,\"tasks\":9}},"
           "\"reclaimed_batches_total\":5,\"reclaimed_tasks_total\":50,"
           "\"checksum_mismatches_total\":1,"
-          "\"paused\":{\"lane low\":3.5,\"kind resize\":2}}");
+          "\"paused\":{\"lane low\":3.5,\"kind resize\":2},\"limits\":{}}");
+    // Limits: null for a limit the group lacks; group names are JSON strings, escaped.
+    pg::LimitInfo api;
+    api.group = "api";
+    api.spec.max_running = 4;
+    api.running = 3;
+    api.queued = 12;
+    api.keys = 2;
+    pg::LimitInfo hostile;
+    hostile.group = "<script>\"x\"\\\n";
+    hostile.spec.per_key = true;
+    hostile.spec.rate_n = 10;
+    hostile.spec.rate_period = 1500ms;
+    hostile.queued = 5;
+    hostile.next_slot_s = 0.25;
+    st.limits = {api, hostile};
+    const std::string lj = pg::to_json_text(st);
+    INFO(lj);
+    CHECK(lj.find(",\"limits\":{\"api\":{\"max_running\":4,\"per_key\":false,\"rate_n\":null,"
+                  "\"rate_period_s\":0,\"running\":3,\"queued\":12,\"keys\":2,"
+                  "\"next_slot_s\":null},"
+                  "\"<script>\\\"x\\\"\\\\\\u000a\":{\"max_running\":null,\"per_key\":true,"
+                  "\"rate_n\":10,\"rate_period_s\":1.5,\"running\":0,\"queued\":5,\"keys\":0,"
+                  "\"next_slot_s\":0.25}}}") != std::string::npos);
     // Empty lists are empty objects; a non-finite age is null.
     pg::Status empty;
     empty.oldest_pending_age_s = std::numeric_limits<double>::infinity();
     const std::string e = pg::to_json_text(empty);
     CHECK(e.find("\"unclaimable\":{},\"nodes\":{}") != std::string::npos);
-    CHECK(e.find("\"paused\":{}}") != std::string::npos);
+    CHECK(e.find("\"paused\":{},\"limits\":{}}") != std::string::npos);
     CHECK(e.find("\"oldest_pending_age_s\":null") != std::string::npos);
 }
 
@@ -317,6 +372,39 @@ TEST_CASE("a real node's stats and the cluster status render and pass promtool",
     CHECK(v.at("ax_pg_cluster_unclaimable_tasks{}") == "1");
     CHECK(v.at("ax_pg_cluster_tasks{state=\"pending\",priority=\"normal\"}") == "1");
     ax_test::check_with_promtool(body);
+
+    // A limited group (with a name a label value and a JSON string must escape) with tasks of a
+    // kind no node handles: queued, none running. The status, the JSON text and the exposition
+    // all show its limits and counts.
+    const std::string group = "q\"<script>\\";
+    c.set_limit(group, {.max_running = 2, .per_key = true, .rate_n = 5, .rate_period = 60s});
+    std::vector<pg::NewTask> grouped(3);
+    for (std::size_t i = 0; i < grouped.size(); ++i) {
+        grouped[i].kind = "nobody_handles_this";
+        grouped[i].group = group;
+        grouped[i].group_key = i == 0 ? "a" : "b";
+    }
+    c.enqueue_many(grouped);
+    const pg::Status ls = c.status();
+    REQUIRE(ls.limits.size() == 1);
+    const std::string json = pg::to_json_text(ls);
+    INFO(json);
+    CHECK(json.find("\"limits\":{\"q\\\"<script>\\\\\":{\"max_running\":2,\"per_key\":true,"
+                    "\"rate_n\":5,\"rate_period_s\":60,\"running\":0,\"queued\":3,\"keys\":2,"
+                    "\"next_slot_s\":null}}") != std::string::npos);
+    const std::string lbody = pg::to_prometheus(ls);
+    INFO(lbody);
+    const auto lv = check_exposition(lbody);
+    const std::string g = "{group=\"q\\\"<script>\\\\\"}";
+    CHECK(lv.at("ax_pg_limit_queued" + g) == "3");
+    CHECK(lv.at("ax_pg_limit_running" + g) == "0");
+    CHECK(lv.at("ax_pg_limit_keys" + g) == "2");
+    CHECK(lv.at("ax_pg_limit_per_key" + g) == "1");
+    CHECK(lv.at("ax_pg_limit_max_running" + g) == "2");
+    CHECK(lv.at("ax_pg_limit_rate_starts" + g) == "5");
+    CHECK(lv.at("ax_pg_limit_rate_period_seconds" + g) == "60");
+    CHECK(lv.count("ax_pg_limit_next_slot_seconds" + g) == 0); // nothing started: no full window
+    ax_test::check_with_promtool(lbody);
     node.stop();
 }
 

@@ -35,6 +35,8 @@ namespace ax::console {
 inline constexpr std::size_t max_page_size = 200;
 /// Largest payload preview (`preview` of GET api/task/ID), in bytes; more is a 400.
 inline constexpr std::size_t max_preview_bytes = 4096;
+/// Flows GET api/flows lists without a `limit` (the newest ones; at most max_page_size).
+inline constexpr std::size_t default_flows = 20;
 /// Largest request body; more is a 413.
 inline constexpr std::size_t max_body_bytes = 64 * 1024;
 /// Most tasks one action request touches (its `ids`, or a bulk action's `limit`); more is a 400.
@@ -319,7 +321,11 @@ class ClientPool {
 /// - `GET <base>/`: the page (a fresh CSP nonce per response);
 /// - `GET <base>/api/config`, `/api/overview`, `/api/tasks?state=&kind=&tag=&lane=&key=
 ///   &older_than=&newer_than=&after=&order=&limit=` (keyset pages, limit 1..200),
-///   `/api/task/<id>?preview=N` (N 0..4096 bytes of payload, text or hex);
+///   `/api/task/<id>?preview=N` (N 0..4096 bytes of payload, text or hex), `/api/limits`
+///   (Client::limits and Client::key_weights: each limited group's limits, running, queued,
+///   keys and next rate slot, and the keys' fair-share weights), `/api/flows?limit=N` (the
+///   newest N flows' progress, Client::flows; N 1..200, default 20, finished ones included and
+///   marked);
 /// - `POST <base>/api/action` with a JSON body: `{"action": "cancel"|"retry"|"replay"|
 ///   "discard", "ids": [...]}` (at most 1000 IDs) or `{"action": "pause"|"resume", "kind": K}`;
 /// - `POST <base>/api/bulk`: `{"action": "cancel"|"retry"|"replay"|"discard", "filter": {the
@@ -397,6 +403,23 @@ class Console {
             b + "/api/overview", [this](const httplib::Request& req, httplib::Response& res) {
                 read(req, res, [](ax::pg::Client& c) { return overview_json(c.overview()); });
             });
+        server.Get(b + "/api/limits", [this](const httplib::Request& req, httplib::Response& res) {
+            read(req, res,
+                 [](ax::pg::Client& c) { return limits_json(c.limits(), c.key_weights()); });
+        });
+        server.Get(b + "/api/flows", [this](const httplib::Request& req, httplib::Response& res) {
+            read(req, res, [&req](ax::pg::Client& c) {
+                std::size_t limit = default_flows;
+                if (req.has_param("limit")) {
+                    const auto n = detail::parse_id(req.get_param_value("limit"));
+                    if (!n || static_cast<std::size_t>(*n) > max_page_size)
+                        throw detail::Refusal{400,
+                                              "limit: must be 1.." + std::to_string(max_page_size)};
+                    limit = static_cast<std::size_t>(*n);
+                }
+                return flows_json(c.flows(limit));
+            });
+        });
         server.Get(b + "/api/tasks", [this](const httplib::Request& req, httplib::Response& res) {
             read(req, res, [&req](ax::pg::Client& c) {
                 const ax::pg::TaskFilter f =
@@ -643,6 +666,46 @@ class Console {
             {"unclaimable", std::move(unclaimable)},
             {"per_minute",
              {{"succeeded", o.succeeded}, {"failed", o.failed}, {"cancelled", o.cancelled}}}};
+    }
+
+    static nlohmann::json limits_json(const std::vector<ax::pg::LimitInfo>& limits,
+                                      const std::vector<ax::pg::KeyWeight>& weights) {
+        using nlohmann::json;
+        const auto opt = [](const auto& v) { return v ? json(*v) : json(nullptr); };
+        json ls = json::array();
+        for (const auto& l : limits)
+            ls.push_back({{"group", l.group},
+                          {"max_running", opt(l.spec.max_running)},
+                          {"per_key", l.spec.per_key},
+                          {"rate_n", opt(l.spec.rate_n)},
+                          {"rate_period_ms", l.spec.rate_period.count()},
+                          {"running", l.running},
+                          {"queued", l.queued},
+                          {"keys", l.keys},
+                          {"next_slot_s", opt(l.next_slot_s)}});
+        json ws = json::array();
+        for (const auto& w : weights)
+            ws.push_back({{"group", w.group}, {"key", w.key}, {"weight", w.weight}});
+        return json{{"limits", std::move(ls)}, {"key_weights", std::move(ws)}};
+    }
+
+    static nlohmann::json flows_json(const std::vector<ax::pg::FlowProgress>& flows) {
+        using nlohmann::json;
+        json fs = json::array();
+        for (const auto& f : flows)
+            fs.push_back({{"id", f.id},
+                          {"name", f.name},
+                          {"created_at", f.created_at_s},
+                          {"tasks", f.tasks},
+                          {"waiting", f.waiting},
+                          {"pending", f.pending},
+                          {"running", f.running},
+                          {"succeeded", f.succeeded},
+                          {"cancelled", f.cancelled},
+                          {"dead_lettered", f.dead_lettered},
+                          {"other", f.other},
+                          {"finished", f.finished}});
+        return json{{"flows", std::move(fs)}};
     }
 
     static nlohmann::json task_json(ax::pg::Client& c, const httplib::Request& req) {

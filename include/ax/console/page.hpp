@@ -68,6 +68,8 @@ canvas{width:100%;height:160px;display:block}
 <section><h2>Nodes</h2><div class="scroll"><table id="nodes"></table></div></section>
 <section><h2>Kinds</h2><div class="scroll"><table id="kinds"></table></div><div id="paused"></div></section>
 <section><h2>Schedules</h2><div class="scroll"><table id="schedules"></table></div><div id="unclaimable"></div></section>
+<section><h2>Limits</h2><div class="scroll"><table id="limits"></table></div><h2>Key weights</h2><div class="scroll"><table id="weights"></table></div></section>
+<section><h2>Flows</h2><div id="flows-note" class="muted"></div><div class="scroll"><table id="flows"></table></div></section>
 <section class="wide"><h2>Tasks</h2>
 <form id="filter">
 <label>state<select id="f-state"><option value="">any</option><option>pending</option><option>scheduled</option><option>claimed</option><option>succeeded</option><option>cancelled</option><option>dead_lettered</option><option>discarded</option></select></label>
@@ -254,6 +256,40 @@ canvas{width:100%;height:160px;display:block}
     return api("api/overview").then(renderOverview).catch(function (e) { msg("overview: " + e.message); });
   }
 
+  // Group limits (read-only: set with Client::set_limit or `ax-pg limits`) and key weights.
+  function renderLimits(r) {
+    table($("limits"), ["group", "limits", "running", "queued", "keys", "next rate slot"], r.limits.map(function (l) {
+      var what = [];
+      if (l.max_running !== null) what.push("running \u2264 " + l.max_running);
+      if (l.rate_n !== null) what.push("rate " + l.rate_n + " / " + l.rate_period_ms + " ms");
+      return row([el("span", {cls: "tag", text: l.group}), what.join(", ") + (l.per_key ? " per key" : ""),
+        String(l.running), String(l.queued), String(l.keys), l.next_slot_s === null ? "-" : "in " + l.next_slot_s.toFixed(3) + " s"]);
+    }));
+    if (!r.limits.length) $("limits").appendChild(el("tbody", null, row(["no group is limited"])));
+    table($("weights"), ["group", "key", "weight"], r.key_weights.map(function (w) {
+      return row([el("span", {cls: "tag", text: w.group}), w.key, String(w.weight)]);
+    }));
+    if (!r.key_weights.length) $("weights").appendChild(el("tbody", null, row(["every key weighs 1"])));
+  }
+  function loadLimits() {
+    return api("api/limits").then(renderLimits).catch(function (e) { msg("limits: " + e.message); });
+  }
+  // The newest flows; the unfinished ones are shown with their progress.
+  function renderFlows(r) {
+    var open = r.flows.filter(function (f) { return !f.finished; });
+    $("flows-note").textContent = open.length + " of the newest " + r.flows.length + " flows unfinished";
+    table($("flows"), ["#", "name", "enqueued", "progress", "waiting", "pending", "running", "succeeded", "cancelled", "dead"], open.map(function (f) {
+      var done = f.succeeded + f.cancelled + f.dead_lettered + f.other;
+      var bar = el("progress", {max: String(Math.max(1, f.tasks)), value: String(done)});
+      return row([String(f.id), f.name, ago(f.created_at), el("span", null, bar, " " + done + "/" + f.tasks),
+        String(f.waiting), String(f.pending), String(f.running), String(f.succeeded), String(f.cancelled),
+        el("span", {cls: f.dead_lettered ? "bad" : "", text: String(f.dead_lettered)})]);
+    }));
+  }
+  function loadFlows() {
+    return api("api/flows?limit=20").then(renderFlows).catch(function (e) { msg("flows: " + e.message); });
+  }
+
   function filterFields() {
     var f = {};
     var v = function (id) { return $(id).value.trim(); };
@@ -366,8 +402,8 @@ canvas{width:100%;height:160px;display:block}
     $("bulk").disabled = !c.actions;
     $("bulk-action").disabled = !c.actions;
   }).catch(function (e) { msg("config: " + e.message); }).then(function () {
-    loadOverview(); loadTasks();
-    setInterval(loadOverview, 5000);
+    loadOverview(); loadLimits(); loadFlows(); loadTasks();
+    setInterval(function () { loadOverview(); loadLimits(); loadFlows(); }, 5000);
   });
 })();
 </script>

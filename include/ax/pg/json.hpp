@@ -5,10 +5,12 @@
 #include "types.hpp"
 
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -55,6 +57,9 @@ inline void json_number(std::string& out, std::uint64_t v) {
 inline void json_number(std::string& out, std::uint32_t v) {
     out += std::to_string(v);
 }
+inline void json_number(std::string& out, std::int32_t v) {
+    out += std::to_string(v);
+}
 /// Non-finite doubles become null (JSON has no NaN or infinity).
 inline void json_number(std::string& out, double v) {
     if (!std::isfinite(v)) {
@@ -82,6 +87,14 @@ class JsonObject {
         return out_;
     }
     template <class T> void number(std::string_view k, T v) { json_number(key(k), v); }
+    /// The value, or null when there is none.
+    template <class T> void number(std::string_view k, const std::optional<T>& v) {
+        if (v)
+            json_number(key(k), *v);
+        else
+            key(k) += "null";
+    }
+    void boolean(std::string_view k, bool v) { key(k) += v ? "true" : "false"; }
 
   private:
     std::string& out_;
@@ -131,8 +144,11 @@ class JsonObject {
 /// priorities), dead_letters, oldest_pending_age_s, unclaimable_tasks (tasks no live node can
 /// take), unclaimable (an object: "kind [tags]" -> count), nodes (an object: node id -> its
 /// lease_left_s, batches and tasks), the schema's reclaimed_batches_total,
-/// reclaimed_tasks_total and checksum_mismatches_total, and paused (an object: "kind K" or
-/// "lane L" -> seconds since it was paused; empty when nothing is).
+/// reclaimed_tasks_total and checksum_mismatches_total, paused (an object: "kind K" or
+/// "lane L" -> seconds since it was paused; empty when nothing is), and limits (an object: each
+/// limited group (Client::set_limit) -> its max_running (null: no concurrency limit), per_key,
+/// rate_n (null: no rate limit), rate_period_s, running, queued, keys and next_slot_s (seconds
+/// until a full rate window ends; null when none is full); empty when no group is limited).
 [[nodiscard]] inline std::string to_json_text(const Status& s) {
     std::string out;
     {
@@ -165,6 +181,21 @@ class JsonObject {
             detail::JsonObject p(o.key("paused"));
             for (const PauseInfo& x : s.paused)
                 p.number(x.target.text(), x.age_s);
+        }
+        {
+            detail::JsonObject ls(o.key("limits"));
+            for (const LimitInfo& l : s.limits) {
+                detail::JsonObject one(ls.key(l.group));
+                one.number("max_running", l.spec.max_running);
+                one.boolean("per_key", l.spec.per_key);
+                one.number("rate_n", l.spec.rate_n);
+                one.number("rate_period_s",
+                           std::chrono::duration<double>(l.spec.rate_period).count());
+                one.number("running", l.running);
+                one.number("queued", l.queued);
+                one.number("keys", l.keys);
+                one.number("next_slot_s", l.next_slot_s);
+            }
         }
     }
     return out;

@@ -5,6 +5,7 @@
 #include "node_options.hpp"
 #include "types.hpp"
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -85,8 +86,11 @@ inline void append_prometheus(std::string& out, const NodeStats& s,
 /// Appends the cluster as the database sees it (Client::status()): live tasks by state and
 /// priority, dead letters and history, the oldest claimable task's age, tasks no live node can
 /// take (by reason and in all), each live node's lease time left and batches / tasks held, and
-/// the recovery counters since the schema was created, and what is paused (a series per paused
-/// kind or lane: bounded by the operator's pauses).
+/// the recovery counters since the schema was created, what is paused (a series per paused
+/// kind or lane: bounded by the operator's pauses), and each limited group's limits and where it
+/// stands (`<prefix>_pg_limit_*{group}`: running, queued, keys, per_key, max_running,
+/// rate_starts, rate_period_seconds, next_slot_seconds; a series per group Client::set_limit
+/// limited, bounded by the operator's calls).
 inline void append_prometheus(std::string& out, const Status& s,
                               const PrometheusOptions& options = {}) {
     std::string prefix(options.prefix);
@@ -158,6 +162,53 @@ inline void append_prometheus(std::string& out, const Status& s,
             w.sample({{"scope", p.target.scope == PauseTarget::Scope::kind ? "kind" : "lane"},
                       {"name", p.target.name}},
                      p.age_s);
+    }
+    if (!s.limits.empty()) {
+        // One series per limited group (group="<name>"): bounded by the operator's
+        // Client::set_limit calls, never by tasks or partition keys.
+        const auto per_group = [&](std::string_view name, std::string_view help, auto value_of) {
+            w.begin(name, "gauge", help);
+            for (const LimitInfo& l : s.limits)
+                value_of(l, [&](auto v) { w.sample({{"group", l.group}}, v); });
+        };
+        per_group("limit_running",
+                  "Tasks of a limited group (Client::set_limit) claimed now, on all nodes.",
+                  [](const LimitInfo& l, auto emit) { emit(l.running); });
+        per_group("limit_queued",
+                  "Tasks of a limited group waiting (claimable, or scheduled for later).",
+                  [](const LimitInfo& l, auto emit) { emit(l.queued); });
+        per_group("limit_keys", "Partition keys of a limited group with tasks running or queued.",
+                  [](const LimitInfo& l, auto emit) { emit(l.keys); });
+        per_group("limit_per_key",
+                  "1 when a group's limits apply to each partition key on its own, 0 when the "
+                  "whole group shares them.",
+                  [](const LimitInfo& l, auto emit) { emit(l.spec.per_key ? 1 : 0); });
+        per_group("limit_max_running",
+                  "A group's concurrency limit: at most this many claimed at once (per key when "
+                  "per_key). Groups without one have no series.",
+                  [](const LimitInfo& l, auto emit) {
+                      if (l.spec.max_running)
+                          emit(*l.spec.max_running);
+                  });
+        per_group("limit_rate_starts",
+                  "A group's rate limit: at most this many starts per rate window (per key when "
+                  "per_key). Groups without one have no series.",
+                  [](const LimitInfo& l, auto emit) {
+                      if (l.spec.rate_n)
+                          emit(*l.spec.rate_n);
+                  });
+        per_group("limit_rate_period_seconds", "A group's rate window, in seconds.",
+                  [](const LimitInfo& l, auto emit) {
+                      if (l.spec.rate_n)
+                          emit(std::chrono::duration<double>(l.spec.rate_period).count());
+                  });
+        per_group("limit_next_slot_seconds",
+                  "Seconds until a group's first full rate window ends and its next start is "
+                  "allowed. No series while no window is full.",
+                  [](const LimitInfo& l, auto emit) {
+                      if (l.next_slot_s)
+                          emit(*l.next_slot_s);
+                  });
     }
 }
 
