@@ -7,21 +7,23 @@
 //
 // 1. DROP INDEX ax.tasks_kind (migration 6's partial (kind, id) index over unclaimed rows, for
 //    listings by kind). Every enqueue paid an entry in it: a 200,000-row psql \copy into
-//    ax.tasks took 1,566-2,161 ms with it against 1,026-1,155 ms without, and the bulk enqueue
-//    fell to 0.61x of the build before it. A list of pending tasks by kind now walks ax.tasks in ID
-//    order, as a list of finished tasks by kind walks the history (docs/distributed.md "Listing
-//    tasks": quick for any kind that is not rare); a deployment that lists a rare kind often can
-//    create the index itself (CREATE INDEX CONCURRENTLY, the statement is in that section).
+//    ax.tasks took 1,458-2,334 ms with it against 966-1,316 ms without, and the bulk enqueue fell
+//    to 0.61x of the build before it. A list of pending tasks by kind now walks ax.tasks in ID
+//    order, as a list of finished tasks by kind walks the history: quick for any kind that is not
+//    rare. A deployment that lists a rare kind often can create the index itself (the CREATE
+//    INDEX CONCURRENTLY statement: docs/distributed.md, "Listing tasks").
 //
-// 2. ax.enqueue_many replaced (same signature, same semantics, same errors), cheaper per task:
+// 2. ax.enqueue_many replaced (same signature, same results, same errors), cheaper per task:
 //    - the arrays are walked by unnest() in the select list (a ProjectSet node: rows stream out
 //      one by one, the arrays in lockstep, a NULL array padding NULLs) instead of unnest() in
 //      FROM, which copies every array's elements into a tuplestore before the first row;
 //      generate_series(1, n) beside them is the ordinal;
-//    - validation stays one pass before any write (first bad element by position), over that
-//      stream;
-//    - without a key in the call: a plain INSERT (no ON CONFLICT, no joins) whose RETURNING IDs are
-//      collected into one array (sorted: ascending ID is input order, and a sort of sorted input
+//    - validation stays one pass before any write (the first bad element by position), over that
+//      stream; the tags check no longer runs its per-row subquery when a task has no tags (a NULL
+//      tags element left the AND undecided, so PostgreSQL evaluated the EXISTS for every row:
+//      most of the validation's time);
+//    - without a key in the call: a plain INSERT (no ON CONFLICT, no joins) whose RETURNING IDs
+//      are collected into one array, sorted (ascending ID is input order; a sort of sorted input
 //      is one comparison per element), and the rows returned are (ordinal, that array's element):
 //      no window function and no sort of result rows;
 //    - the length checks of the arrays are one SELECT ... INTO (no cursor loop).
