@@ -22,10 +22,12 @@
 //      stream; the tags check no longer runs its per-row subquery when a task has no tags (a NULL
 //      tags element left the AND undecided, so PostgreSQL evaluated the EXISTS for every row:
 //      most of the validation's time);
-//    - without a key in the call: a plain INSERT (no ON CONFLICT, no joins) whose RETURNING IDs
-//      are collected into one array, sorted (ascending ID is input order; a sort of sorted input
-//      is one comparison per element), and the rows returned are (ordinal, that array's element):
-//      no window function and no sort of result rows;
+//    - without a key in the call: the n IDs are taken first into one array (ascending, in input
+//      order, as Client's COPY path reserves them), then one plain INSERT of that array beside the
+//      others (no ON CONFLICT, no joins, no RETURNING), and the rows returned are (ordinal, that
+//      array's element): no window function, no sort, no second tuplestore. Against migration
+//      9's body, alternating 100k-task calls in one session: 571 against 855 ms median (a bare
+//      INSERT ... SELECT FROM unnest of the same rows: 506 ms; docs/bench/sql-enqueue.md);
 //    - the length checks of the arrays are one SELECT ... INTO (no cursor loop).
 //    The keyed path is migration 9's (the arbiter is unchanged), over the same stream.
 
@@ -151,23 +153,21 @@ BEGIN
 
     IF enqueue_many.idempotency_key IS NULL
        OR NOT EXISTS (SELECT 1 FROM unnest(enqueue_many.idempotency_key) k WHERE k <> '') THEN
-        -- No key: one plain INSERT from the arrays. IDs are taken by nextval over the stream, so
-        -- ascending ID is input order (as in sql/enqueue.hpp's enqueue_unkeyed_sql); the sorted
-        -- array of them, element i, is task i's.
-        WITH i AS (
-            INSERT INTO ax.tasks (id, kind, payload, priority, timeout_ms, max_attempts, run_at, tags)
-            SELECT nextval('ax.tasks_id_seq'), u.kind, coalesce(u.pl, ''), coalesce(u.pr, 1),
-                   coalesce(u.tm, 0), coalesce(u.ma, 4),
-                   CASE WHEN u.ra > now() THEN u.ra ELSE now() END,
-                   CASE WHEN u.tg IS NULL OR u.tg = '' THEN '{}'::text[]
-                        ELSE string_to_array(u.tg, ',') END
-              FROM (SELECT unnest(enqueue_many.kind) AS kind, unnest(enqueue_many.payload) AS pl,
-                           unnest(enqueue_many.priority) AS pr, unnest(enqueue_many.run_at) AS ra,
-                           unnest(enqueue_many.tags) AS tg,
-                           unnest(enqueue_many.max_attempts) AS ma,
-                           unnest(enqueue_many.timeout_ms) AS tm) u
-            RETURNING ax.tasks.id)
-        SELECT array_agg(i.id ORDER BY i.id) INTO v_ids FROM i;
+        -- No key: the IDs first (n nextval calls, ascending in input order, as Client's COPY
+        -- path reserves them: sql/enqueue.hpp's reserve_ids_sql), then one plain INSERT of the
+        -- arrays beside them, with no RETURNING to collect and no ON CONFLICT; the rows returned
+        -- are (ordinal, ID) from the same array.
+        v_ids := ARRAY(SELECT nextval('ax.tasks_id_seq') FROM generate_series(1, n));
+        INSERT INTO ax.tasks (id, kind, payload, priority, timeout_ms, max_attempts, run_at, tags)
+        SELECT u.id, u.kind, coalesce(u.pl, ''), coalesce(u.pr, 1), coalesce(u.tm, 0),
+               coalesce(u.ma, 4), CASE WHEN u.ra > now() THEN u.ra ELSE now() END,
+               CASE WHEN u.tg IS NULL OR u.tg = '' THEN '{}'::text[]
+                    ELSE string_to_array(u.tg, ',') END
+          FROM (SELECT unnest(v_ids) AS id, unnest(enqueue_many.kind) AS kind,
+                       unnest(enqueue_many.payload) AS pl, unnest(enqueue_many.priority) AS pr,
+                       unnest(enqueue_many.run_at) AS ra, unnest(enqueue_many.tags) AS tg,
+                       unnest(enqueue_many.max_attempts) AS ma,
+                       unnest(enqueue_many.timeout_ms) AS tm) u;
         RETURN QUERY SELECT generate_series(1, n), unnest(v_ids), false;
         RETURN;
     END IF;
