@@ -26,8 +26,9 @@
 //      order, as Client's COPY path reserves them), then one plain INSERT of that array beside the
 //      others (no ON CONFLICT, no joins, no RETURNING), and the rows returned are (ordinal, that
 //      array's element): no window function, no sort, no second tuplestore. Against migration
-//      9's body, alternating 100k-task calls in one session: 571 against 855 ms median (a bare
-//      INSERT ... SELECT FROM unnest of the same rows: 506 ms; docs/bench/sql-enqueue.md);
+//      9's body, alternating 100k-task calls in one session: 345 against 487 ms median (a bare
+//      INSERT ... SELECT FROM unnest of the same rows 309 ms, Client's COPY path 252 ms;
+//      docs/bench/sql-enqueue.md, run 3);
 //    - the length checks of the arrays are one SELECT ... INTO (no cursor loop).
 //    The keyed path is migration 9's (the arbiter is unchanged), over the same stream.
 
