@@ -12,7 +12,7 @@
 //   ax.schema_version  one row per applied migration
 //   ax.tasks           live tasks only (pending, scheduled, claimed); the primary key, a partial
 //                      claim-order index over claimable ungrouped rows, two partial indexes
-//                      over grouped rows (v11); v6's listing index (kind, id) was dropped by v12
+//                      over grouped rows (v11); v6's listing index (kind, id) was dropped by v13
 //                      (every enqueue paid for it)
 //   ax.batches         one row per claimed batch: its node, size, checksum and lease
 //   ax.nodes           live nodes: kinds, tags, lease (renewed in place, a HOT update)

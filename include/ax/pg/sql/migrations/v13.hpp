@@ -1,7 +1,7 @@
 // ax — Adaptive eXchange Scheduler. SPDX-License-Identifier: MIT
 #pragma once
 
-// Schema migration 12 of ax's distributed mode: a cheaper enqueue (issue 28's two open figures).
+// Schema migration 13 of ax's distributed mode: a cheaper enqueue (issue 28's two open figures).
 // Applied once, in order, inside the migrate transaction (detail::migrate in connection.hpp); a
 // migration already released is never edited: a change is a new version.
 //
@@ -34,8 +34,8 @@
 
 namespace ax::pg::sql::migrations {
 
-/// Migration 12's SQL (several statements, run by the simple protocol).
-inline constexpr const char* v12 = R"SQL(
+/// Migration 13's SQL (several statements, run by the simple protocol).
+inline constexpr const char* v13 = R"SQL(
 DROP INDEX IF EXISTS ax.tasks_kind;
 
 -- Enqueues many tasks with one call, all or nothing, and returns one row per task in input
