@@ -6,7 +6,8 @@
 #      (what the commit's WAL flush costs); a bare INSERT per statement as the baseline, both ways;
 #      and 100 ax.enqueue statements per transaction;
 #   2. bench/pg/sql_enqueue.cpp: ax.enqueue one per statement through libpq, and 100k-task calls of
-#      ax.enqueue_many against Client::enqueue_many (INSERT from arrays, and COPY), alternating.
+#      ax.enqueue_many against Client::enqueue_many (INSERT from arrays, and COPY) and a bare
+#      INSERT ... SELECT FROM unnest of the same rows (the floor for an SQL function), alternating.
 #   bash scripts/bench-sql-enqueue.sh [SECONDS=10] [ROUNDS=5]
 # Server settings through AX_PG_SETTINGS (pg-server.sh), e.g. AX_PG_SETTINGS="-c fsync=off".
 set -euo pipefail

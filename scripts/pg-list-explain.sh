@@ -8,7 +8,8 @@
 # The rows are written by SQL (generate_series), not by nodes: 8 kinds and the three lanes
 # (hashed, independent of the rest) plus a rare kind (one row in a thousand), 10 % scheduled,
 # 1 % claimed, a quarter tagged gpu (hashed), one in a thousand keyed; the history 1 %
-# cancelled and 0.1 % discarded. Then VACUUM ANALYZE, as autovacuum would have by then.
+# cancelled and 0.1 % discarded. Then VACUUM ANALYZE, as autovacuum would have by then. Last, the
+# rare kind's pending list again with the opt-in index tasks_kind created (migration 13 dropped it).
 set -euo pipefail
 tool="${1:-build/default/tools/ax-pg}"
 : "${AX_PG_CONNINFO:?run under scripts/pg-server.sh}"
@@ -64,3 +65,12 @@ explain --tag gpu --lane high --limit 100
 # The worst case: a filter no index serves that matches nothing (no claimed task is of kind
 # rare) walks the whole live table.
 explain --state claimed --kind rare --limit 100
+# The opt-in listing index (docs/distributed.md, "Listing tasks"; migration 13 dropped it because
+# every enqueue paid for it): what it buys the list of a rare kind's pending tasks.
+psql -q -v ON_ERROR_STOP=1 -d ax_explain \
+     -c "CREATE INDEX CONCURRENTLY tasks_kind ON ax.tasks (kind, id) WHERE node_id IS NULL" \
+     -c "ANALYZE ax.tasks"
+echo
+echo "### with the opt-in index tasks_kind: ax-pg tasks list --state pending --kind rare --limit 100"
+echo
+"$tool" --db "$db" tasks list --state pending --kind rare --limit 100 --explain

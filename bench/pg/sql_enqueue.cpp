@@ -1,7 +1,10 @@
 // The SQL API's figures (issue 28; docs/bench/sql-enqueue.md): ax.enqueue one task per statement
 // from one client (psql-like: each statement its own transaction), and ax.enqueue_many against
 // Client::enqueue_many on 100k-task calls, alternating, by the calls' wall time (the server's
-// time: the client's encoding is about a millisecond of it). Standalone (bench/pg's build).
+// time: the client's encoding is about a millisecond of it); beside them a bare `INSERT INTO
+// ax.tasks SELECT ... FROM unnest(...)` of the same rows (no function, no checks, no result rows:
+// the floor for anything an SQL function can run, as it cannot use COPY). Standalone (bench/pg's
+// build).
 //
 //   ax_pg_sql_enqueue CONNINFO [seconds=10] [rounds=5] [tasks=100000]
 //
@@ -78,7 +81,7 @@ int main(int argc, char** argv) {
         kinds.add_bytes("resize");
         pays.add_bytes(payloads[i]);
     }
-    std::vector<double> sql_many, client_insert, client_copy;
+    std::vector<double> sql_many, client_insert, client_copy, bare_insert;
     for (int r = 0; r < rounds; ++r) {
         {
             c.exec("TRUNCATE ax.tasks");
@@ -106,11 +109,23 @@ int main(int argc, char** argv) {
             client.enqueue_many(tasks);
             client_copy.push_back(seconds_since(t0));
         }
-        std::printf("round %d: ax.enqueue_many %.3f s, Client INSERT %.3f s, Client COPY %.3f s\n",
-                    r + 1, sql_many.back(), client_insert.back(), client_copy.back());
+        {
+            c.exec("TRUNCATE ax.tasks");
+            c.exec("CHECKPOINT");
+            const std::string_view params[] = {kinds.bytes(), pays.bytes()};
+            const auto t0 = clk::now();
+            c.exec_binary("INSERT INTO ax.tasks (kind, payload) SELECT u.k, u.p FROM "
+                          "unnest($1::text[], $2::bytea[]) AS u(k, p)",
+                          params, ax::pg::detail::Format::text);
+            bare_insert.push_back(seconds_since(t0));
+        }
+        std::printf("round %d: ax.enqueue_many %.3f s, Client INSERT %.3f s, Client COPY %.3f s, "
+                    "bare INSERT %.3f s\n",
+                    r + 1, sql_many.back(), client_insert.back(), client_copy.back(),
+                    bare_insert.back());
     }
     const double m_sql = median(sql_many), m_ins = median(client_insert),
-                 m_copy = median(client_copy);
+                 m_copy = median(client_copy), m_bare = median(bare_insert);
     std::printf("\n%zu-task calls, median of %d alternating rounds (us per task):\n", n, rounds);
     std::printf("  ax.enqueue_many                          %6.2f\n", m_sql / n * 1e6);
     std::printf(
@@ -119,6 +134,10 @@ int main(int argc, char** argv) {
     std::printf(
         "  Client::enqueue_many, COPY (default)     %6.2f  (ax.enqueue_many / this: %.2fx)\n",
         m_copy / n * 1e6, m_sql / m_copy);
+    std::printf(
+        "  bare INSERT ... SELECT FROM unnest        %6.2f  (ax.enqueue_many / this: %.2fx; "
+        "this / COPY: %.2fx)\n",
+        m_bare / n * 1e6, m_sql / m_bare, m_bare / m_copy);
     c.exec("TRUNCATE ax.tasks");
     return 0;
 }

@@ -329,6 +329,19 @@ TEST_CASE("ax.enqueue: named arguments and defaults, every field stored, keys an
         if (i > 0)
             CHECK(u.int64(i, 1) > u.int64(i - 1, 1));
     }
+    // Each row's ID is its own task's (not only ascending): task i of kind 'b<i>', payload i,
+    // lane i % 3, and with some but not all arrays given (NULL arrays pad the defaults). The rows
+    // are read by a second statement (the call's own statement cannot see what it inserted).
+    s.exec("CREATE TEMP TABLE own AS SELECT * FROM ax.enqueue_many(kind => array(SELECT 'b' || "
+           "g FROM generate_series(1, 300) g), payload => array(SELECT convert_to(g::text, "
+           "'UTF8') FROM generate_series(1, 300) g), priority => array(SELECT g % 3 FROM "
+           "generate_series(1, 300) g))");
+    auto own = s.exec("SELECT count(*), count(*) FILTER (WHERE t.kind = 'b' || r.ord AND "
+                      "encode(t.payload, 'escape') = r.ord::text AND t.priority = r.ord % 3 AND "
+                      "t.max_attempts = 4 AND t.tags = '{}' AND NOT r.existed) "
+                      "FROM own r JOIN ax.tasks t ON t.id = r.id");
+    CHECK(own.int64(0, 0) == 300);
+    CHECK(own.int64(0, 1) == 300);
     CHECK(s.exec("SELECT count(*) FROM ax.enqueue_many(kind => '{}')").int64(0, 0) == 0);
 }
 

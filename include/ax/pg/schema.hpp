@@ -10,9 +10,10 @@
 //
 // Everything lives in the schema `ax`:
 //   ax.schema_version  one row per applied migration
-//   ax.tasks           live tasks only (pending, scheduled, claimed); 3 indexes: the primary key,
-//                      a partial claim-order index over claimable rows, a partial (kind, id)
-//                      index over unclaimed rows for listings (v6; v4 dropped the key index)
+//   ax.tasks           live tasks only (pending, scheduled, claimed); the primary key, a partial
+//                      claim-order index over claimable ungrouped rows, two partial indexes
+//                      over grouped rows (v11); v6's listing index (kind, id) was dropped by v13
+//                      (every enqueue paid for it)
 //   ax.batches         one row per claimed batch: its node, size, checksum and lease
 //   ax.nodes           live nodes: kinds, tags, lease (renewed in place, a HOT update)
 //   ax.history         finished tasks (succeeded, cancelled, discarded), pruned in batches
@@ -29,6 +30,7 @@
 #include "sql/migrations/v10.hpp"
 #include "sql/migrations/v11.hpp"
 #include "sql/migrations/v12.hpp"
+#include "sql/migrations/v13.hpp"
 #include "sql/migrations/v2.hpp"
 #include "sql/migrations/v3.hpp"
 #include "sql/migrations/v4.hpp"
@@ -45,7 +47,7 @@ namespace ax::pg {
 
 /// The schema version this library writes and understands. A database at a newer version is
 /// refused with a clear error; an older one is brought up to date by migrate().
-inline constexpr int schema_version = 12;
+inline constexpr int schema_version = 13;
 
 /// Codes of ax.history.state.
 enum class HistoryState : std::int16_t { succeeded = 1, cancelled = 2, discarded = 3 };
@@ -64,7 +66,8 @@ inline constexpr std::int64_t maintain_lock_key = 7887330361530609268;
 inline constexpr std::array<const char*, schema_version> migrations = {
     sql::migrations::v1, sql::migrations::v2,  sql::migrations::v3,  sql::migrations::v4,
     sql::migrations::v5, sql::migrations::v6,  sql::migrations::v7,  sql::migrations::v8,
-    sql::migrations::v9, sql::migrations::v10, sql::migrations::v11, sql::migrations::v12};
+    sql::migrations::v9, sql::migrations::v10, sql::migrations::v11, sql::migrations::v12,
+    sql::migrations::v13};
 
 // ---------------------------------------------------------------- hot-path statements
 // Prepared once per connection; parameters and the claim's result are in binary format, so
