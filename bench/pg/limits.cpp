@@ -11,6 +11,9 @@
 //                                              10 tasks/s meanwhile: the small tasks' waits
 // Built against another checkout's headers with -DAX_LIMITS_BASELINE, only `burn plain` exists
 // (the ungrouped claim before migration 11, for the cost comparison).
+// For experiments, the environment may override the nodes' NodeOptions: AX_BENCH_ACK_DELAY_MS,
+// AX_BENCH_ACK_BATCH, AX_BENCH_MAX_BATCH, AX_BENCH_TASKS_PER_WORKER, AX_BENCH_CONNECTIONS (unset:
+// the defaults, which every documented figure uses).
 
 #include <algorithm>
 #include <atomic>
@@ -69,6 +72,17 @@ double run_nodes(const std::string& conninfo, int nodes, Handler handler, Done d
         ax::pg::NodeOptions o;
         o.conninfo = conninfo;
         o.name = "bench-" + std::to_string(i);
+        // Knobs for experiments (unset: the defaults, which the documented figures use).
+        if (const char* v = std::getenv("AX_BENCH_ACK_DELAY_MS"))
+            o.ack_delay = std::chrono::milliseconds(std::atoi(v));
+        if (const char* v = std::getenv("AX_BENCH_ACK_BATCH"))
+            o.ack_batch = static_cast<std::uint32_t>(std::atoi(v));
+        if (const char* v = std::getenv("AX_BENCH_MAX_BATCH"))
+            o.max_batch = static_cast<std::uint32_t>(std::atoi(v));
+        if (const char* v = std::getenv("AX_BENCH_TASKS_PER_WORKER"))
+            o.tasks_per_worker = static_cast<std::uint32_t>(std::atoi(v));
+        if (const char* v = std::getenv("AX_BENCH_CONNECTIONS"))
+            o.connections = static_cast<std::uint32_t>(std::atoi(v));
         ns.push_back(std::make_unique<ax::pg::Node>(o));
         ns.back()->handle("noop", handler);
     }
@@ -78,16 +92,18 @@ double run_nodes(const std::string& conninfo, int nodes, Handler handler, Done d
     while (!done())
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
     const double s = seconds_since(t0);
-    std::uint64_t claims = 0, empty = 0;
+    std::uint64_t claims = 0, empty = 0, trips = 0;
     for (auto& n : ns) {
         n->stop();
         claims += n->stats().claims;
         empty += n->stats().empty_claims;
+        trips += n->stats().round_trips;
     }
     // Why a limited burn-down is slower: its claims come back short or empty while the limit is
     // reached (an empty claim holds a node back until news or its floor).
-    std::printf("  (%llu claims, %llu empty)\n", static_cast<unsigned long long>(claims),
-                static_cast<unsigned long long>(empty));
+    std::printf("  (%llu claims, %llu empty, %llu round trips)\n",
+                static_cast<unsigned long long>(claims), static_cast<unsigned long long>(empty),
+                static_cast<unsigned long long>(trips));
     return s;
 }
 

@@ -656,6 +656,48 @@ TEST_CASE("planner: a claim a limit cut short keeps the lanes and backs off 2 ms
     CHECK(p.all_empty());
 }
 
+TEST_CASE("planner: a limited claim that got tasks teaches the lanes (the busy lane gets the whole "
+          "batch next), one that got nothing teaches nothing",
+          "[pg_units]") {
+    using Clock = std::chrono::steady_clock;
+    d::ClaimPlanner p;
+    d::ClaimPlanner::Settings ps;
+    ps.target = 512;
+    ps.low_watermark = 256;
+    ps.max_batch = 60;
+    const Clock::time_point t0 = Clock::now();
+    p.init(ps, t0);
+    const std::array<std::int64_t, 3> waits{};
+    std::array<std::uint32_t, 3> quota{};
+    // Every lane may hold work: the batch is split 3:2:1.
+    REQUIRE(p.plan(t0, 0, 512, 0, quota));
+    CHECK(quota == std::array<std::uint32_t, 3>{30, 20, 10});
+    // Only the normal lane held tasks, and the limit cut its share short: the other two are
+    // taken for empty (asked, gave nothing), the normal lane keeps its work.
+    p.claim_sent();
+    p.claim_read(quota, {0, 12, 0}, waits, t0, true);
+    CHECK(p.lane_with_work());
+    REQUIRE(p.plan(t0 + d::ClaimPlanner::limited_backoff_min, 0, 512, 0, quota));
+    // The next claim asks the normal lane for the whole batch (the empty ones for a probe);
+    // before the fix it asked for 20 of 60 every time, as if the other lanes held work.
+    CHECK(quota[1] >= 58);
+    CHECK(quota[0] <= 1);
+    CHECK(quota[2] <= 1);
+    // A probe that comes back with a task makes that lane busy again.
+    p.claim_sent();
+    p.claim_read(quota, {1, 30, 0}, waits, t0 + std::chrono::milliseconds(4), true);
+    REQUIRE(p.plan(t0 + std::chrono::milliseconds(10), 0, 512, 0, quota));
+    CHECK(quota[0] > 1);
+    // A limited claim that got nothing says nothing about any lane: none is taken for empty.
+    d::ClaimPlanner q;
+    q.init(ps, t0);
+    REQUIRE(q.plan(t0, 0, 512, 0, quota));
+    q.claim_sent();
+    q.claim_read(quota, {0, 0, 0}, waits, t0, true);
+    REQUIRE(q.plan(t0 + std::chrono::milliseconds(3), 0, 512, 0, quota));
+    CHECK(quota == std::array<std::uint32_t, 3>{30, 20, 10});
+}
+
 TEST_CASE("round trips: the claim's sentinel row (a limit held work back) is no task",
           "[pg_units]") {
     // The server's side (PgClaimRows reading a real claim) is test_pg_limits [limits_weight]'s

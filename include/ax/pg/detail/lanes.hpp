@@ -182,6 +182,25 @@ class LaneBook {
         }
     }
 
+    /// What a claim that a group limit cut short answered (ClaimRows::limited), when it got at
+    /// least one task. A lane that gave some but less than asked may hold more behind the limit,
+    /// so it stays a lane with work; a lane asked for tasks that gave none is taken for empty, as
+    /// learn() would. That lane may instead hold only work whose limit is full: it is then
+    /// probed with one task per claim, and the first probe that comes back with a task makes it
+    /// a lane with work again. Without this the lanes of a limited burn-down never learnt that
+    /// the other lanes were empty, and every claim asked the one busy lane for its 3:2:1 share
+    /// of the batch only (171 of 512 for the normal lane).
+    void learn_limited(const std::array<std::uint32_t, 3>& asked,
+                       const std::array<std::uint32_t, 3>& got,
+                       const std::array<bool, 3>& late) noexcept {
+        for (std::size_t p = 0; p < 3; ++p) {
+            if (asked[p] == 0)
+                continue;
+            empty_[p] = got[p] == 0;
+            overdue_[p] = got[p] > 0 && late[p];
+        }
+    }
+
   private:
     LaneSplitter splitter_;
     std::array<bool, 3> empty_{false, false, false};

@@ -150,8 +150,16 @@ class ClaimPlanner {
             claim_now_ = true;
             for (std::size_t p = 0; p < 3; ++p)
                 buckets_[p].take(got[p]);
-            if (n == 0)
+            if (n == 0) {
+                // Nothing came back: every lane's work may be behind the limit, so none is
+                // taken for empty (the back-off above paces the next claim instead).
                 pid_.reset();
+                return;
+            }
+            std::array<bool, 3> late{};
+            for (std::size_t p = 0; p < 3; ++p)
+                late[p] = max_wait_ms[p] > s_.max_wait_ms;
+            lanes_.learn_limited(asked, got, late);
             return;
         }
         limited_until_ = {};
