@@ -408,6 +408,24 @@ TEST_CASE("ax.enqueue and ax.enqueue_many: a bad argument raises 22023 naming it
         {"ax.enqueue_many(kind => array['a', 'b'], payload => array['', "
          "convert_to(repeat('x', 1048577), 'UTF8')])",
          "payload", "payload[2] = 1048577 bytes"},
+        {"ax.enqueue(kind => 'k', group_name => repeat('g', 201))", "group_name",
+         "group_name = 201 bytes: must be at most 200 bytes"},
+        {"ax.enqueue(kind => 'k', group_name => 'g', group_key => repeat('t', 201))", "group_key",
+         "group_key = 201 bytes"},
+        {"ax.enqueue(kind => 'k', group_key => 'tenant-1')", "group_key",
+         "group_key = 'tenant-1': needs a group_name"},
+        {"ax.enqueue(kind => 'k', group_name => '', group_key => 'tenant-1')", "group_key",
+         "needs a group_name"},
+        {"ax.enqueue_many(kind => array['a', 'b'], group_name => array['g'])", "group_name",
+         "group_name has 1 elements for 2 kinds"},
+        {"ax.enqueue_many(kind => array['a', 'b'], group_name => array['g', repeat('g', 201)])",
+         "group_name", "group_name[2] = 201 bytes: must be at most 200 bytes"},
+        {"ax.enqueue_many(kind => array['a', 'b'], group_name => array['g', NULL], group_key => "
+         "array['x', 'y'])",
+         "group_key", "group_key[2] = 'y': needs a group_name"},
+        {"ax.enqueue_many(kind => array['a', 'b'], idempotency_key => array['k1', 'k2'], "
+         "group_name => array['g', 'g'], group_key => array[repeat('t', 201), ''])",
+         "group_key", "group_key[1] = 201 bytes"},
     };
     for (const Case& k : cases) {
         INFO(k.call);
@@ -437,6 +455,75 @@ TEST_CASE("ax.enqueue and ax.enqueue_many: a bad argument raises 22023 naming it
     CHECK(fails(s, "SELECT ax.enqueue(kind => 'k', payload => convert_to(repeat('x', 1048576), "
                    "'UTF8'))")
               .state.empty());
+}
+
+TEST_CASE("ax.enqueue and ax.enqueue_many put tasks in limit groups (migration 14): the columns, "
+          "the limits' queued counts, and a node that runs them under the limit",
+          "[pg][sql_api]") {
+    Db db("ax_t_sql_groups");
+    auto s = db.sql();
+    pg::Client c(db.conninfo);
+    c.set_limit("mail", {.max_running = 1, .per_key = true});
+    // One call each way: positional calls written for migration 9's signature still work.
+    s.exec("SELECT ax.enqueue('plain')");
+    // Each mail task's payload is its key, so the handler knows which key it runs.
+    s.exec("SELECT ax.enqueue(kind => 'mail', payload => 'tenant-a', group_name => 'mail', "
+           "group_key => 'tenant-a')");
+    s.exec("SELECT ax.enqueue(kind => 'mail', group_name => 'mail', idempotency_key => 'once')");
+    s.exec("SELECT * FROM ax.enqueue_many(kind => array['mail', 'mail', 'mail', 'plain'], "
+           "payload => array['tenant-a', 'tenant-b', 'tenant-b', '']::bytea[], "
+           "group_name => array['mail', 'mail', 'mail', ''], "
+           "group_key => array['tenant-a', 'tenant-b', 'tenant-b', NULL])");
+    s.exec("SELECT * FROM ax.enqueue_many(kind => array['mail', 'mail'], "
+           "payload => array['tenant-c', '']::bytea[], idempotency_key => array['k1', 'k2'], "
+           "group_name => array['mail', 'mail'], group_key => array['tenant-c', NULL])");
+    // Stored as Client::enqueue_many stores them: '' and NULL group mean none, NULL key is ''.
+    CHECK(db.scalar("SELECT count(*) FROM ax.tasks WHERE grp IS NULL AND grp_key = ''") == 2);
+    CHECK(db.scalar("SELECT count(*) FROM ax.tasks WHERE grp = 'mail'") == 7);
+    CHECK(db.scalar("SELECT count(*) FROM ax.tasks WHERE grp = 'mail' AND grp_key = 'tenant-a'") ==
+          2);
+    CHECK(db.scalar("SELECT count(*) FROM ax.tasks WHERE grp = 'mail' AND grp_key = 'tenant-b'") ==
+          2);
+    CHECK(db.scalar("SELECT count(*) FROM ax.tasks WHERE grp = 'mail' AND grp_key = ''") == 2);
+    CHECK(db.scalar("SELECT count(*) FROM ax.tasks WHERE idem_key = 'k1' AND grp_key = "
+                    "'tenant-c'") == 1);
+    // The limits see them.
+    std::int64_t queued = -1;
+    for (const pg::LimitInfo& l : c.limits())
+        if (l.group == "mail")
+            queued = l.queued;
+    CHECK(queued == 7);
+    // A node runs every task, never two of one key at once (limit 1 per key).
+    std::mutex m;
+    std::map<std::string, int> running;
+    int most = 0;
+    std::atomic<int> done{0};
+    pg::NodeOptions o;
+    o.conninfo = db.conninfo;
+    o.scheduler.min_workers = 4;
+    pg::Node node(o);
+    auto body = [&](pg::Job& j) {
+        const std::string key(j.payload());
+        {
+            std::lock_guard lock(m);
+            most = std::max(most, ++running[key]);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        {
+            std::lock_guard lock(m);
+            --running[key];
+        }
+        done.fetch_add(1);
+    };
+    node.handle("mail", body);
+    node.handle("plain", [&](pg::Job&) { done.fetch_add(1); });
+    node.start();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (done.load() < 9 && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    node.stop();
+    CHECK(done.load() == 9);
+    CHECK(most == 1);
 }
 
 TEST_CASE("ax.enqueue in the caller's transaction: rollback leaves nothing, the wake "
