@@ -12,8 +12,8 @@
 // Built against another checkout's headers with -DAX_LIMITS_BASELINE, only `burn plain` exists
 // (the ungrouped claim before migration 11, for the cost comparison).
 // For experiments, the environment may override the nodes' NodeOptions: AX_BENCH_ACK_DELAY_MS,
-// AX_BENCH_ACK_BATCH, AX_BENCH_MAX_BATCH, AX_BENCH_TASKS_PER_WORKER, AX_BENCH_CONNECTIONS (unset:
-// the defaults, which every documented figure uses).
+// AX_BENCH_ACK_BATCH, AX_BENCH_MAX_BATCH, AX_BENCH_TASKS_PER_WORKER, AX_BENCH_CONNECTIONS,
+// AX_BENCH_VACUUM_DEAD_ROWS (unset: the defaults, which every documented figure uses).
 
 #include <algorithm>
 #include <atomic>
@@ -83,6 +83,8 @@ double run_nodes(const std::string& conninfo, int nodes, Handler handler, Done d
             o.tasks_per_worker = static_cast<std::uint32_t>(std::atoi(v));
         if (const char* v = std::getenv("AX_BENCH_CONNECTIONS"))
             o.connections = static_cast<std::uint32_t>(std::atoi(v));
+        if (const char* v = std::getenv("AX_BENCH_VACUUM_DEAD_ROWS"))
+            o.vacuum_dead_rows = static_cast<std::uint32_t>(std::atoi(v));
         ns.push_back(std::make_unique<ax::pg::Node>(o));
         ns.back()->handle("noop", handler);
     }
