@@ -629,6 +629,42 @@ TEST_CASE("AdaptiveController: a widening must finish more work, not only burn m
     CHECK(run(false) <= 44); // at most one raise of widen_step stays
 }
 
+TEST_CASE("AdaptiveController: saturated cores trim the pool to the knee; a trim that costs "
+          "completions is taken back",
+          "[controller]") {
+    // 64 workers of memory-bound work (2.3 ms asleep, 0.15 ms CPU), work queued, no core idle,
+    // the workers waiting for a CPU half their busy time: the CPU cap (~65) keeps a margin for
+    // colliding CPU phases the saturated cores do not need. The knee is cores / cpu x 1.25, rounded up: 43.
+    // When fewer workers finish more (each task's CPU time falls with the crowd) the trim
+    // stays; when they finish fewer, the pool goes back to where the rate was better.
+    ax::Config cfg;
+    auto run = [&](bool trim_pays) {
+        ax::AdaptiveController c(cfg);
+        std::uint32_t cur = 64;
+        std::uint32_t lowest = cur;
+        std::uint64_t done = 1000;
+        for (int i = 0; i < 12; ++i) {
+            auto in = round_input(140, cur, cur, 0.0025);
+            in.cpu_share = 0.032 + 1e-5 * i; // a fresh sample each round
+            in.runqueue_share = 0.46;
+            in.idle_cores = 0.0;
+            in.cpu_utilization = 1.0;
+            in.elapsed_s = 0.1; // one round per sample period
+            done += cur > 50 ? 900 : (trim_pays ? 1000 : 800);
+            in.completed_total = done;
+            cur = c(in).target;
+            lowest = std::min(lowest, cur);
+        }
+        return std::make_pair(lowest, cur);
+    };
+    const auto [pays_lowest, pays_end] = run(true);
+    CHECK(pays_lowest <= 43);
+    CHECK(pays_end <= 43);
+    const auto [costs_lowest, costs_end] = run(false);
+    CHECK(costs_lowest <= 43); // it was tried
+    CHECK(costs_end >= 60);    // and given back
+}
+
 TEST_CASE("sim: issue 33's case: a stream whose workers wake late is not held by the runqueue "
           "rule",
           "[controller][sim]") {

@@ -490,6 +490,7 @@ class AdaptiveController {
                 (period_rate >= 0.0 && period_rate < trim_keep_rate * trim_rate_)) {
                 trim_ = trim_before_;
                 trim_off_ = true;
+                restore_to_ = trim_from_; // the need may not ask for them back by itself
             }
         }
         const bool cores_saturated = shares_known_ && in.idle_cores >= 0.0 &&
@@ -502,6 +503,7 @@ class AdaptiveController {
                                           cores + 1.0, idle_floor_});
             if (knee <= cap_shrink_margin * cur) {
                 trim_before_ = trim_;
+                trim_from_ = cur;
                 trim_ = knee;
                 trim_rate_ = period_rate;
                 trim_cap_ = raw_cap;
@@ -631,6 +633,14 @@ class AdaptiveController {
         }
         // The knee holds at once, with no second sample to confirm it: the trim is judged on
         // the completion rate instead, and the sample it came from saw the cores saturated.
+        // A trim taken back returns the pool to its size before the trim (within the cap).
+        if (restore_to_ > 0.0) {
+            if (next < std::min(restore_to_, cap)) {
+                next = std::min(restore_to_, cap);
+                why = ControllerReason::cpu_bound;
+            }
+            restore_to_ = 0.0;
+        }
         if (trim_ > 0.0 && next > trim_) {
             next = std::max(trim_, 1.0);
             why = ControllerReason::cpu_bound;
@@ -699,6 +709,8 @@ class AdaptiveController {
     int blind_rounds_ = 0;
     double trim_ = 0.0;        // the knee the pool is trimmed to (0: none)
     double trim_before_ = 0.0; // trim_ before the trim still to be judged
+    double trim_from_ = 0.0;   // the pool size that trim started from
+    double restore_to_ = 0.0;  // a trim taken back: the pool returns to this size
     double trim_rate_ = 0.0;   // completions per second of the sample period before it
     double trim_cap_ = 0.0;    // the CPU cap when it was set (a different cap: other work)
     bool trim_judge_ = false;  // a trim waits for a full sample period at the knee
