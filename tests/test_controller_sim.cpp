@@ -634,8 +634,8 @@ TEST_CASE("AdaptiveController: saturated cores trim the pool to the knee; a trim
           "[controller]") {
     // 64 workers of memory-bound work (2.3 ms asleep, 0.15 ms CPU), work queued, no core idle,
     // the workers waiting for a CPU half their busy time: the CPU cap (~65) keeps a margin for
-    // colliding CPU phases the saturated cores do not need. The knee is cores / cpu x 1.25, rounded up: 43.
-    // When fewer workers finish more (each task's CPU time falls with the crowd) the trim
+    // colliding CPU phases the saturated cores do not need. The knee is cores / cpu x 1.25, rounded
+    // up: 43. When fewer workers finish more (each task's CPU time falls with the crowd) the trim
     // stays; when they finish fewer, the pool goes back to where the rate was better.
     ax::Config cfg;
     auto run = [&](bool trim_pays) {

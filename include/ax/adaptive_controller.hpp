@@ -213,7 +213,10 @@ class BurstForecaster {
 /// share of the sample the cores were busy (a wait beside idle cores is a wake-up's latency);
 /// a pool seen all busy beside idle cores with work queued is a floor until the queue drains;
 /// and the cap widened for idle cores must raise the completion rate, not only CPU use
-/// (issue 33: docs/tuning.md). Before any attempt finished it
+/// (issue 33: docs/tuning.md). With work queued, no core idle and the workers waiting for a CPU
+/// (saturated cores), the pool is trimmed from the cap to the knee, cores / cpu x
+/// (1 + knee_margin), and the trim stays only if the completion rate did not fall (memory-bound
+/// work finishes more at the knee than past it). Before any attempt finished it
 /// doubles the pool per round while work is queued. The BurstForecaster's floor then pre-scales
 /// ahead of a predicted burst and keeps its workers through a short gap.
 /// Config::max_step_up and drain_time are not used (they shape LittleController).
@@ -478,8 +481,8 @@ class AdaptiveController {
         // trim_keep_rate of the one before take it back.
         // The period judged must have started at the knee too (not the ramp of a new burst
         // up to it): the sample before saw the pool there, or set the trim.
-        const bool at_knee = queued && in.live_workers <= trim_ + 1.0 &&
-                             in.busy_workers + 1.0 >= trim_;
+        const bool at_knee =
+            queued && in.live_workers <= trim_ + 1.0 && in.busy_workers + 1.0 >= trim_;
         if (fresh && trim_judge_ && !at_knee)
             trim_since_ = 0;
         else if (fresh && trim_judge_ && trim_since_ == 0)
@@ -496,11 +499,11 @@ class AdaptiveController {
         const bool cores_saturated = shares_known_ && in.idle_cores >= 0.0 &&
                                      in.idle_cores < idle_widen_share * cores &&
                                      rq_ >= saturated_runqueue;
-        if (fresh && queued && cores_saturated && !trim_off_ && !trim_judge_ &&
-            period_rate > 0.0 && in.live_workers >= cur && rq_ < 1.0 - 1e-3 && cpu_ > 1e-3) {
+        if (fresh && queued && cores_saturated && !trim_off_ && !trim_judge_ && period_rate > 0.0 &&
+            in.live_workers >= cur && rq_ < 1.0 - 1e-3 && cpu_ > 1e-3) {
             const double cpu_n = std::min(1.0, cpu_ / (1.0 - rq_));
-            const double knee = std::max({std::ceil(cores / cpu_n * (1.0 + knee_margin)),
-                                          cores + 1.0, idle_floor_});
+            const double knee = std::max(
+                {std::ceil(cores / cpu_n * (1.0 + knee_margin)), cores + 1.0, idle_floor_});
             if (knee <= cap_shrink_margin * cur) {
                 trim_before_ = trim_;
                 trim_from_ = cur;
@@ -707,15 +710,15 @@ class AdaptiveController {
     std::array<Shares, 4> recent_{}; // the last fresh samples, raw (growth's pessimism)
     std::size_t recent_seen_ = 0;
     int blind_rounds_ = 0;
-    double trim_ = 0.0;        // the knee the pool is trimmed to (0: none)
-    double trim_before_ = 0.0; // trim_ before the trim still to be judged
-    double trim_from_ = 0.0;   // the pool size that trim started from
-    double restore_to_ = 0.0;  // a trim taken back: the pool returns to this size
-    double trim_rate_ = 0.0;   // completions per second of the sample period before it
-    double trim_cap_ = 0.0;    // the CPU cap when it was set (a different cap: other work)
-    bool trim_judge_ = false;  // a trim waits for a full sample period at the knee
-    int trim_since_ = 0;       // fresh samples at the knee since the trim
-    bool trim_off_ = false;    // a trim cost speed: no more until the queue drains
+    double trim_ = 0.0;              // the knee the pool is trimmed to (0: none)
+    double trim_before_ = 0.0;       // trim_ before the trim still to be judged
+    double trim_from_ = 0.0;         // the pool size that trim started from
+    double restore_to_ = 0.0;        // a trim taken back: the pool returns to this size
+    double trim_rate_ = 0.0;         // completions per second of the sample period before it
+    double trim_cap_ = 0.0;          // the CPU cap when it was set (a different cap: other work)
+    bool trim_judge_ = false;        // a trim waits for a full sample period at the knee
+    int trim_since_ = 0;             // fresh samples at the knee since the trim
+    bool trim_off_ = false;          // a trim cost speed: no more until the queue drains
     int idle_floor_cpu_samples_ = 0; // fresh samples in a row that read the work as CPU-bound
     double idle_floor_ = 0.0;        // most workers seen all busy beside idle cores and queued work
     BurstForecaster fc_;
