@@ -776,7 +776,11 @@ TEST_CASE("sim: the generated family of workloads, ax against the best fixed poo
     // median rose from 1.04 to 1.17 (no wake latency) and from 0.92 to 1.11 (5 ms): the CPU
     // cap's blocked-share widening keeps about twice the knee's pool on IO-heavy rows whose
     // makespan is flat from the knee up, and min_workers (4) stays alive against best pools of
-    // 1 - 2 (docs/bench/family.md, row by row). The bound guards against worse.
+    // 1 - 2 (docs/bench/family.md, row by row). The knee trim (saturated cores: the pool goes
+    // from the cap to cores / cpu x 1.25 while the completion rate holds) took memory-bound
+    // gen-7 / gen-8 from 1.12 / 1.11 x to 1.05 / 1.04 x, the rows over 1.05 x from 5 to 3
+    // (no wake latency) and the thread-seconds median from 1.17 to 1.03 (5 ms: 1.11 to 0.95).
+    // The bounds guard against worse.
     Setup s = machine(2);
     s.memory_contention = 0.02;
     s.oversubscription_penalty = 0.02;
@@ -791,8 +795,8 @@ TEST_CASE("sim: the generated family of workloads, ax against the best fixed poo
                              << ", over 1.05 x: " << over << "; thread-s median "
                              << median_of(f.thread_ratio));
         CHECK(median_of(f.time_ratio) <= 1.03);
-        CHECK(over <= 10);
-        CHECK(*std::max_element(f.time_ratio.begin(), f.time_ratio.end()) <= 1.25);
-        CHECK(median_of(f.thread_ratio) <= 1.20);
+        CHECK(over <= 8);
+        CHECK(*std::max_element(f.time_ratio.begin(), f.time_ratio.end()) <= 1.20);
+        CHECK(median_of(f.thread_ratio) <= 1.10);
     }
 }
