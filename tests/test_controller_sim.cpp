@@ -637,17 +637,20 @@ TEST_CASE("AdaptiveController: saturated cores trim the pool to the knee; a trim
     // colliding CPU phases the saturated cores do not need. The knee is cores / cpu x 1.25, rounded
     // up: 43. When fewer workers finish more (each task's CPU time falls with the crowd) the trim
     // stays; when they finish fewer, the pool goes back to where the rate was better.
+    // Once kept, the knee ends when the cores idle beside queued work there: the cap's margin
+    // is needed again.
     ax::Config cfg;
-    auto run = [&](bool trim_pays) {
+    auto run = [&](bool trim_pays, int idle_from = 1000) {
         ax::AdaptiveController c(cfg);
         std::uint32_t cur = 64;
         std::uint32_t lowest = cur;
         std::uint64_t done = 1000;
         for (int i = 0; i < 12; ++i) {
             auto in = round_input(140, cur, cur, 0.0025);
+            in.saturated = true;             // the queue at its soft limit: the need asks for more
             in.cpu_share = 0.032 + 1e-5 * i; // a fresh sample each round
             in.runqueue_share = 0.46;
-            in.idle_cores = 0.0;
+            in.idle_cores = i >= idle_from ? 0.5 : 0.0;
             in.cpu_utilization = 1.0;
             in.elapsed_s = 0.1; // one round per sample period
             done += cur > 50 ? 900 : (trim_pays ? 1000 : 800);
@@ -663,6 +666,9 @@ TEST_CASE("AdaptiveController: saturated cores trim the pool to the knee; a trim
     const auto [costs_lowest, costs_end] = run(false);
     CHECK(costs_lowest <= 43); // it was tried
     CHECK(costs_end >= 60);    // and given back
+    const auto [idle_lowest, idle_end] = run(true, 8);
+    CHECK(idle_lowest <= 43);
+    CHECK(idle_end > 43);
 }
 
 TEST_CASE("sim: issue 33's case: a stream whose workers wake late is not held by the runqueue "

@@ -464,8 +464,14 @@ class AdaptiveController {
         // completion rate of a full sample period at the knee: a rate below trim_keep_rate of
         // the one before gives the margin back and stops trimming while work stays queued.
         // A trim outlives a drained queue (the next burst of the same work meets the knee at
-        // once) until the work changes (the CPU cap moves by more than 2 x).
-        if (fresh && trim_ > 0.0 && (raw_cap > 2.0 * trim_cap_ || 2.0 * raw_cap < trim_cap_)) {
+        // once) until the work changes (the CPU cap moves by more than 2 x) or the cores idle
+        // at the knee.
+        // Cores idle beside queued work at a kept knee end it too: the margin is needed again
+        // (the arrivals or the mix changed), and the idle-core widening must not stay capped.
+        if (fresh && trim_ > 0.0 &&
+            (raw_cap > 2.0 * trim_cap_ || 2.0 * raw_cap < trim_cap_ ||
+             (!trim_judge_ && queued && in.live_workers <= trim_ + 1.0 &&
+              in.idle_cores >= idle_floor_share * cores))) {
             trim_ = 0.0;
             trim_judge_ = false;
         }
