@@ -460,7 +460,8 @@ class AdaptiveController {
         // colliding CPU phases only adds a crowd. On memory-bound work the crowd costs: each
         // task takes longer on a CPU the more compute at once, so the completion rate falls
         // past the knee while the CPU use stays at the cores. The pool is trimmed to
-        // cores / cpu x (1 + knee_margin), and the trim is judged like a widening, on the
+        // cores / cpu x (1 + knee_margin) (never under the idle floor: a pool seen too small),
+        // and the trim is judged like a widening, on the
         // completion rate of a full sample period at the knee: a rate below trim_keep_rate of
         // the one before gives the margin back and stops trimming while work stays queued.
         // A trim outlives a drained queue (the next burst of the same work meets the knee at
@@ -640,8 +641,6 @@ class AdaptiveController {
             next = std::min<double>(cur, idle_floor_);
             why = ControllerReason::hold;
         }
-        // The knee holds at once, with no second sample to confirm it: the trim is judged on
-        // the completion rate instead, and the sample it came from saw the cores saturated.
         // A trim taken back returns the pool to its size before the trim (within the cap).
         if (restore_to_ > 0.0) {
             if (next < std::min(restore_to_, cap)) {
@@ -650,6 +649,8 @@ class AdaptiveController {
             }
             restore_to_ = 0.0;
         }
+        // The knee holds at once, with no second sample to confirm it: the trim is judged on
+        // the completion rate instead, and the sample it came from saw the cores saturated.
         if (trim_ > 0.0 && next > trim_) {
             next = std::max(trim_, 1.0);
             why = ControllerReason::cpu_bound;
