@@ -629,6 +629,48 @@ TEST_CASE("AdaptiveController: a widening must finish more work, not only burn m
     CHECK(run(false) <= 44); // at most one raise of widen_step stays
 }
 
+TEST_CASE("AdaptiveController: saturated cores trim the pool to the knee; a trim that costs "
+          "completions is taken back",
+          "[controller]") {
+    // 64 workers of memory-bound work (2.3 ms asleep, 0.15 ms CPU), work queued, no core idle,
+    // the workers waiting for a CPU half their busy time: the CPU cap (~65) keeps a margin for
+    // colliding CPU phases the saturated cores do not need. The knee is cores / cpu x 1.25, rounded
+    // up: 43. When fewer workers finish more (each task's CPU time falls with the crowd) the trim
+    // stays; when they finish fewer, the pool goes back to where the rate was better.
+    // Once kept, the knee ends when the cores idle beside queued work there: the cap's margin
+    // is needed again.
+    ax::Config cfg;
+    auto run = [&](bool trim_pays, int idle_from = 1000) {
+        ax::AdaptiveController c(cfg);
+        std::uint32_t cur = 64;
+        std::uint32_t lowest = cur;
+        std::uint64_t done = 1000;
+        for (int i = 0; i < 12; ++i) {
+            auto in = round_input(140, cur, cur, 0.0025);
+            in.saturated = true;             // the queue at its soft limit: the need asks for more
+            in.cpu_share = 0.032 + 1e-5 * i; // a fresh sample each round
+            in.runqueue_share = 0.46;
+            in.idle_cores = i >= idle_from ? 0.5 : 0.0;
+            in.cpu_utilization = 1.0;
+            in.elapsed_s = 0.1; // one round per sample period
+            done += cur > 50 ? 900 : (trim_pays ? 1000 : 800);
+            in.completed_total = done;
+            cur = c(in).target;
+            lowest = std::min(lowest, cur);
+        }
+        return std::make_pair(lowest, cur);
+    };
+    const auto [pays_lowest, pays_end] = run(true);
+    CHECK(pays_lowest <= 43);
+    CHECK(pays_end <= 43);
+    const auto [costs_lowest, costs_end] = run(false);
+    CHECK(costs_lowest <= 43); // it was tried
+    CHECK(costs_end >= 60);    // and given back
+    const auto [idle_lowest, idle_end] = run(true, 8);
+    CHECK(idle_lowest <= 43);
+    CHECK(idle_end > 43);
+}
+
 TEST_CASE("sim: issue 33's case: a stream whose workers wake late is not held by the runqueue "
           "rule",
           "[controller][sim]") {
@@ -740,7 +782,11 @@ TEST_CASE("sim: the generated family of workloads, ax against the best fixed poo
     // median rose from 1.04 to 1.17 (no wake latency) and from 0.92 to 1.11 (5 ms): the CPU
     // cap's blocked-share widening keeps about twice the knee's pool on IO-heavy rows whose
     // makespan is flat from the knee up, and min_workers (4) stays alive against best pools of
-    // 1 - 2 (docs/bench/family.md, row by row). The bound guards against worse.
+    // 1 - 2 (docs/bench/family.md, row by row). The knee trim (saturated cores: the pool goes
+    // from the cap to cores / cpu x 1.25 while the completion rate holds) took memory-bound
+    // gen-7 / gen-8 from 1.12 / 1.11 x to 1.05 / 1.04 x, the rows over 1.05 x from 5 to 3
+    // (no wake latency) and the thread-seconds median from 1.17 to 1.03 (5 ms: 1.11 to 0.95).
+    // The bounds guard against worse.
     Setup s = machine(2);
     s.memory_contention = 0.02;
     s.oversubscription_penalty = 0.02;
@@ -755,8 +801,8 @@ TEST_CASE("sim: the generated family of workloads, ax against the best fixed poo
                              << ", over 1.05 x: " << over << "; thread-s median "
                              << median_of(f.thread_ratio));
         CHECK(median_of(f.time_ratio) <= 1.03);
-        CHECK(over <= 10);
-        CHECK(*std::max_element(f.time_ratio.begin(), f.time_ratio.end()) <= 1.25);
-        CHECK(median_of(f.thread_ratio) <= 1.20);
+        CHECK(over <= 8);
+        CHECK(*std::max_element(f.time_ratio.begin(), f.time_ratio.end()) <= 1.20);
+        CHECK(median_of(f.thread_ratio) <= 1.10);
     }
 }

@@ -213,7 +213,10 @@ class BurstForecaster {
 /// share of the sample the cores were busy (a wait beside idle cores is a wake-up's latency);
 /// a pool seen all busy beside idle cores with work queued is a floor until the queue drains;
 /// and the cap widened for idle cores must raise the completion rate, not only CPU use
-/// (issue 33: docs/tuning.md). Before any attempt finished it
+/// (issue 33: docs/tuning.md). With work queued, no core idle and the workers waiting for a CPU
+/// (saturated cores), the pool is trimmed from the cap to the knee, cores / cpu x
+/// (1 + knee_margin), and the trim stays only if the completion rate did not fall (memory-bound
+/// work finishes more at the knee than past it). Before any attempt finished it
 /// doubles the pool per round while work is queued. The BurstForecaster's floor then pre-scales
 /// ahead of a predicted burst and keeps its workers through a short gap.
 /// Config::max_step_up and drain_time are not used (they shape LittleController).
@@ -268,6 +271,27 @@ class AdaptiveController {
     /// counts a few hundred completions, noisy by several percent); lower keeps raises whose
     /// gain is within that noise.
     static constexpr double widen_min_rate_gain = 0.03;
+    /// Runqueue share (of the busy time, contended) at or above which a sample taken with work
+    /// queued and no core idle reads as cores saturated: the CPU is the bottleneck, and workers
+    /// past the ones that keep the cores busy add nothing (default 0.3). Then the pool is trimmed
+    /// to the knee (knee_margin) and the trim is judged on the completion rate. Lower trims pools
+    /// that wait less for a CPU (more probes, each judged); higher leaves the cap's margin in
+    /// place on more saturated work.
+    static constexpr double saturated_runqueue = 0.3;
+    /// The knee is cores / cpu x (1 + knee_margin), cpu the CPU share of the un-inflated busy
+    /// time (default 0.25): the workers that keep the cores busy if their CPU phases collided
+    /// little, plus a quarter for collisions. The CPU cap's own margin (1 + blocked share, up to
+    /// 2 x) is for cores that idle while CPU phases bunch up; once the cores are saturated that
+    /// margin buys nothing, and on memory-bound work it costs (each task takes longer on a CPU
+    /// the more compute at once: issue 33's gen-7/8/9/30 lost 10 - 14 % past the knee in the
+    /// simulator). Lower trims closer to the cores (more idle time from collisions); higher
+    /// keeps more of the contention.
+    static constexpr double knee_margin = 0.25;
+    /// A trim to the knee stays only if the completion rate of the next sample period at the
+    /// knee is at least this share of the rate before it (default 0.97): otherwise the pool
+    /// returns to the size of the better rate and trims no more while work stays queued. Higher
+    /// takes back trims within the rate's noise; lower keeps trims that cost a little speed.
+    static constexpr double trim_keep_rate = 0.97;
     /// Idle cores (ControllerInput::idle_cores) at or above this share of the cores, in a sample
     /// taken while work was queued and every running worker was busy, mark the pool as too small:
     /// until the queue drains, no rule shrinks it below the workers that sample saw busy
@@ -431,7 +455,75 @@ class AdaptiveController {
             raise_rate_ = period_rate;
             since_raise_ = 0;
         }
-        const double cap = std::max(raw_cap, floor_);
+        // The knee (issue 33): with work queued, no core idle and the workers waiting for a CPU
+        // (saturated_runqueue), the cores are the bottleneck, and the CPU cap's margin for
+        // colliding CPU phases only adds a crowd. On memory-bound work the crowd costs: each
+        // task takes longer on a CPU the more compute at once, so the completion rate falls
+        // past the knee while the CPU use stays at the cores. The pool is trimmed to
+        // cores / cpu x (1 + knee_margin) (never under the idle floor: a pool seen too small),
+        // and the trim is judged like a widening, on the
+        // completion rate of a full sample period at the knee: a rate below trim_keep_rate of
+        // the one before gives the margin back and stops trimming while work stays queued.
+        // A trim outlives a drained queue (the next burst of the same work meets the knee at
+        // once) until the work changes (the CPU cap moves by more than 2 x) or the cores idle
+        // at the knee.
+        // Cores idle beside queued work at a kept knee end it too: the margin is needed again
+        // (the arrivals or the mix changed), and the idle-core widening must not stay capped.
+        if (fresh && trim_ > 0.0 &&
+            (raw_cap > 2.0 * trim_cap_ || 2.0 * raw_cap < trim_cap_ ||
+             (!trim_judge_ && queued && in.live_workers <= trim_ + 1.0 &&
+              in.idle_cores >= idle_floor_share * cores))) {
+            trim_ = 0.0;
+            trim_judge_ = false;
+        }
+        // A trim still to be judged when the queue drains waits for the next sample period
+        // spent at the knee with work queued (the next burst of the same work): a period that
+        // ended with the drain counts the tail's few completions, no measure of the pool.
+        if (!queued) {
+            trim_off_ = false;
+            trim_since_ = 0;
+        }
+        // Judged on a sample taken at the knee with work queued: cores idle beside that work
+        // (the knee was too tight for colliding CPU phases) or a completion rate under
+        // trim_keep_rate of the one before take it back.
+        // The period judged must have started at the knee too (not the ramp of a new burst
+        // up to it): the sample before saw the pool there, or set the trim.
+        const bool at_knee =
+            queued && in.live_workers <= trim_ + 1.0 && in.busy_workers + 1.0 >= trim_;
+        if (fresh && trim_judge_ && !at_knee)
+            trim_since_ = 0;
+        else if (fresh && trim_judge_ && trim_since_ == 0)
+            trim_since_ = 1;
+        else if (fresh && trim_judge_) {
+            trim_judge_ = false;
+            if (in.idle_cores >= idle_floor_share * cores ||
+                (period_rate >= 0.0 && period_rate < trim_keep_rate * trim_rate_)) {
+                trim_ = trim_before_;
+                trim_off_ = true;
+                restore_to_ = trim_from_; // the need may not ask for them back by itself
+            }
+        }
+        const bool cores_saturated = shares_known_ && in.idle_cores >= 0.0 &&
+                                     in.idle_cores < idle_widen_share * cores &&
+                                     rq_ >= saturated_runqueue;
+        if (fresh && queued && cores_saturated && !trim_off_ && !trim_judge_ && period_rate > 0.0 &&
+            in.live_workers >= cur && rq_ < 1.0 - 1e-3 && cpu_ > 1e-3) {
+            const double cpu_n = std::min(1.0, cpu_ / (1.0 - rq_));
+            const double knee = std::max(
+                {std::ceil(cores / cpu_n * (1.0 + knee_margin)), cores + 1.0, idle_floor_});
+            if (knee <= cap_shrink_margin * cur) {
+                trim_before_ = trim_;
+                trim_from_ = cur;
+                trim_ = knee;
+                trim_rate_ = period_rate;
+                trim_cap_ = raw_cap;
+                trim_judge_ = true;
+                trim_since_ = 1; // this period starts at the knee
+            }
+        }
+        double cap = std::max(raw_cap, floor_);
+        if (trim_ > 0.0)
+            cap = std::min(cap, trim_);
         // Growth trusts the lowest cap and the highest runqueue share of the last few samples,
         // not their average. A worker waiting for a CPU has its wait credited by the kernel
         // only when it next runs, so on a machine crowded by other processes one sample shows
@@ -549,6 +641,20 @@ class AdaptiveController {
             next = std::min<double>(cur, idle_floor_);
             why = ControllerReason::hold;
         }
+        // A trim taken back returns the pool to its size before the trim (within the cap).
+        if (restore_to_ > 0.0) {
+            if (next < std::min(restore_to_, cap)) {
+                next = std::min(restore_to_, cap);
+                why = ControllerReason::cpu_bound;
+            }
+            restore_to_ = 0.0;
+        }
+        // The knee holds at once, with no second sample to confirm it: the trim is judged on
+        // the completion rate instead, and the sample it came from saw the cores saturated.
+        if (trim_ > 0.0 && next > trim_) {
+            next = std::max(trim_, 1.0);
+            why = ControllerReason::cpu_bound;
+        }
         const BurstForecaster::Hint h =
             forecast_ ? fc_.hint(t_, round_s_) : BurstForecaster::Hint{};
         const double floor = std::min<double>(h.floor, cap);
@@ -611,6 +717,15 @@ class AdaptiveController {
     std::array<Shares, 4> recent_{}; // the last fresh samples, raw (growth's pessimism)
     std::size_t recent_seen_ = 0;
     int blind_rounds_ = 0;
+    double trim_ = 0.0;              // the knee the pool is trimmed to (0: none)
+    double trim_before_ = 0.0;       // trim_ before the trim still to be judged
+    double trim_from_ = 0.0;         // the pool size that trim started from
+    double restore_to_ = 0.0;        // a trim taken back: the pool returns to this size
+    double trim_rate_ = 0.0;         // completions per second of the sample period before it
+    double trim_cap_ = 0.0;          // the CPU cap when it was set (a different cap: other work)
+    bool trim_judge_ = false;        // a trim waits for a full sample period at the knee
+    int trim_since_ = 0;             // fresh samples at the knee since the trim
+    bool trim_off_ = false;          // a trim cost speed: no more until the queue drains
     int idle_floor_cpu_samples_ = 0; // fresh samples in a row that read the work as CPU-bound
     double idle_floor_ = 0.0;        // most workers seen all busy beside idle cores and queued work
     BurstForecaster fc_;

@@ -17,7 +17,15 @@ struct Config {
     using Duration = std::chrono::nanoseconds;
 
     /// Workers kept alive even when idle (default 4). Higher: no ramp-up after a quiet spell, at
-    /// the price of parked threads; lower: fewer threads, slower first burst.
+    /// the price of parked threads; lower: fewer threads, slower first burst. The threads stay
+    /// even while a CPU cap runs fewer tasks at once (parked, no CPU used), so against the best
+    /// fixed pool of CPU-bound work on 2 cores (2 threads) the default counts 2 x the
+    /// thread-seconds. Set it to std::thread::hardware_concurrency() where threads are counted
+    /// (per-thread billing, many schedulers in one process): in the simulator's 32 generated
+    /// workloads on 2 cores, 2 instead of 4 took the rows over 1.10 x the best pool's
+    /// thread-seconds from 14 to 6 at the same median speed, with one row more over 1.05 x and
+    /// a first burst's p99 wait 2 - 7 % longer (docs/tuning.md). The default stays a constant so
+    /// that a Config means the same pool on every machine.
     std::uint32_t min_workers = 4;
 
     /// Hard ceiling on concurrently running tasks (default 200). Raise for IO-bound bodies that
