@@ -86,8 +86,9 @@ BEGIN
 END $$;
 
 -- Deletes the rows of finished flows whose tasks have all left ax's tables (none waiting, live,
--- in the history or in the dead letters: the rings' retention has passed over every one), at
--- most p_limit flows per call, oldest first, among the 10 * p_limit oldest flows created more than
+-- in the history or in the dead letters: the rings' retention has passed over every one), oldest
+-- first, at most p_limit flows and, past the first flow, 10,000 of their tasks per call (a pass
+-- stays short however large the flows), among the 10 * p_limit oldest flows created more than
 -- p_history_ms ago (a younger one's history rows cannot be gone yet). A flow whose tasks are
 -- still there is found so by its first task that is, in one index probe or a few. Returns the
 -- flows deleted.
@@ -95,18 +96,21 @@ CREATE FUNCTION ax.prune_flows(p_history_ms bigint, p_limit integer) RETURNS int
 LANGUAGE plpgsql AS $$
 DECLARE v_gone bigint[];
 BEGIN
-    SELECT array_agg(fl.id) INTO v_gone
-      FROM (SELECT id FROM ax.flows
-             WHERE created_at < now() - greatest(p_history_ms, 0) * interval '1 millisecond'
-             ORDER BY id LIMIT 10 * greatest(p_limit, 1)) fl
-     WHERE NOT EXISTS (
-           SELECT 1 FROM ax.flow_tasks f
-            WHERE f.flow_id = fl.id
-              AND (EXISTS (SELECT 1 FROM ax.flow_waiting w WHERE w.task_id = f.task_id)
-                   OR EXISTS (SELECT 1 FROM ax.tasks t WHERE t.id = f.task_id)
-                   OR EXISTS (SELECT 1 FROM ax.history h WHERE h.id = f.task_id)
-                   OR EXISTS (SELECT 1 FROM ax.dead_letters d WHERE d.id = f.task_id)))
-     LIMIT greatest(p_limit, 1);
+    SELECT array_agg(g.id) INTO v_gone
+      FROM (SELECT c.id, sum(c.tasks) OVER (ORDER BY c.id) - c.tasks AS before
+              FROM (SELECT fl.id, fl.tasks
+                      FROM (SELECT id, tasks FROM ax.flows
+                             WHERE created_at < now() - greatest(p_history_ms, 0) * interval '1 millisecond'
+                             ORDER BY id LIMIT 10 * greatest(p_limit, 1)) fl
+                     WHERE NOT EXISTS (
+                           SELECT 1 FROM ax.flow_tasks f
+                            WHERE f.flow_id = fl.id
+                              AND (EXISTS (SELECT 1 FROM ax.flow_waiting w WHERE w.task_id = f.task_id)
+                                   OR EXISTS (SELECT 1 FROM ax.tasks t WHERE t.id = f.task_id)
+                                   OR EXISTS (SELECT 1 FROM ax.history h WHERE h.id = f.task_id)
+                                   OR EXISTS (SELECT 1 FROM ax.dead_letters d WHERE d.id = f.task_id)))
+                     ORDER BY fl.id LIMIT greatest(p_limit, 1)) c) g
+     WHERE g.before < 10000;
     IF v_gone IS NULL THEN
         RETURN 0;
     END IF;
