@@ -1,7 +1,7 @@
 // ax — Adaptive eXchange Scheduler. SPDX-License-Identifier: MIT
 #pragma once
 
-// Schema migration 14 of ax's distributed mode: workflows made cheaper and pruned (issue 29,
+// Schema migration 15 of ax's distributed mode: workflows made cheaper and pruned (issue 29,
 // part 4). Applied once, in order, inside the migrate transaction (detail::migrate in
 // connection.hpp); a migration already released is never edited: a change is a new version.
 //
@@ -24,8 +24,8 @@
 
 namespace ax::pg::sql::migrations {
 
-/// Migration 14's SQL (several statements, run by the simple protocol).
-inline constexpr const char* v14 = R"SQL(
+/// Migration 15's SQL (several statements, run by the simple protocol).
+inline constexpr const char* v15 = R"SQL(
 DROP FUNCTION ax.limit_lock(text, text);
 
 -- Flow tasks ended (p_how: NULL for a success, else how it ended, e.g. 'was dead-lettered';
