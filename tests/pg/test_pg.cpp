@@ -168,6 +168,9 @@ TEST_CASE("migrations are versioned and idempotent; a newer database is refused"
         db.scalar("SELECT count(*) FROM pg_indexes WHERE schemaname = 'ax' AND tablename = 'tasks' "
                   "AND indexdef LIKE '%(priority, run_at, id) WHERE ((node_id IS NULL) AND (grp IS "
                   "NULL))%'") == 1);
+    // Migration 11's ax.limit_lock lost its last caller in migration 12; migration 15 drops it.
+    CHECK(db.scalar("SELECT count(*) FROM pg_proc WHERE proname = 'limit_lock'") == 0);
+    CHECK(db.scalar("SELECT count(*) FROM pg_proc WHERE proname = 'prune_flows'") == 1);
 
     db.sql().exec("INSERT INTO ax.schema_version (version) VALUES (999)");
     try {

@@ -479,6 +479,70 @@ TEST_CASE("flows: kill -9 of a node mid-flow and a server restart; every task en
     CHECK(other.stop() == 0);
 }
 
+TEST_CASE("flows: a finished flow's rows are pruned once its tasks left the history; a running "
+          "flow's are kept",
+          "[flows_prune]") {
+    Db db("ax_flows_prune");
+    pg::Client c(db.conninfo);
+    const std::vector<pg::FlowTask> done_graph = {step("a", {}), step("b", {"a"}),
+                                                  step("c", {"a", "b"})};
+    const pg::FlowEnqueued done = c.enqueue_flow("done", done_graph);
+    {
+        Proc n(db.conninfo, "p1");
+        REQUIRE(wait_until([&] { return c.flow(done.flow_id)->finished; }, 60s));
+        CHECK(n.stop() == 0);
+    }
+    // Still running: its head is of a kind no node runs (pending), its dependent waits.
+    std::vector<pg::FlowTask> running_graph = {step("h", {}), step("t", {"h"})};
+    running_graph[0].task.kind = "nobody";
+    const pg::FlowEnqueued running = c.enqueue_flow("running", running_graph);
+    auto rows = [&](std::int64_t flow) {
+        const std::string f = std::to_string(flow);
+        return db.scalar("SELECT count(*) FROM ax.flow_tasks WHERE flow_id = " + f) +
+               db.scalar("SELECT count(*) FROM ax.flows WHERE id = " + f);
+    };
+    CHECK(rows(done.flow_id) == 4);
+    CHECK(rows(running.flow_id) == 3);
+    // Maintenance as a node with history_retention 300 ms runs it (no node runs now, so none
+    // sets the ring's retention back), until the finished flow's rows are gone, and then until
+    // the running flow is more than a second old: it is past the retention, and kept.
+    auto maintain = [&] { db.scalar("SELECT pruned FROM ax.maintain(300, 1000)"); };
+    REQUIRE(wait_until(
+        [&] {
+            maintain();
+            return rows(done.flow_id) == 0;
+        },
+        60s));
+    CHECK(db.scalar("SELECT count(*) FROM ax.history WHERE id IN (" + std::to_string(done.ids[0]) +
+                    "," + std::to_string(done.ids[1]) + "," + std::to_string(done.ids[2]) + ")") ==
+          0);
+    REQUIRE(wait_until(
+        [&] {
+            maintain();
+            return db.scalar("SELECT count(*) FROM ax.flows WHERE id = " +
+                             std::to_string(running.flow_id) +
+                             " AND created_at < now() - interval '1 second'") == 1;
+        },
+        60s));
+    CHECK(rows(running.flow_id) == 3);
+    const auto prog = c.flow(running.flow_id);
+    REQUIRE(prog.has_value());
+    CHECK(prog->waiting == 1);
+    CHECK(prog->pending == 1);
+    // Once it ends (its head cancelled, and with it its dependent) and the history lets its
+    // tasks go, its rows go too.
+    CHECK(c.cancel(running.ids[0]) == pg::CancelResult::cancelled);
+    CHECK(db.scalar("SELECT count(*) FROM ax.history WHERE id = " +
+                    std::to_string(running.ids[1])) == 1);
+    REQUIRE(wait_until(
+        [&] {
+            maintain();
+            return rows(running.flow_id) == 0;
+        },
+        60s));
+    CHECK(db.scalar("SELECT count(*) FROM ax.flow_waiting") == 0);
+}
+
 int main(int argc, char** argv) {
     const char* conninfo = std::getenv("AX_PG_CONNINFO");
     if (conninfo == nullptr || *conninfo == '\0') {
