@@ -9,6 +9,7 @@
 // (exit 77). Durations are generous hang guards, never speed claims.
 
 #define CATCH_CONFIG_RUNNER
+#include <ax/pg/json.hpp>
 #include <ax/pg/pg.hpp>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -171,6 +172,10 @@ TEST_CASE("flows: diamond, fan-out and fan-in run in dependency order; results r
     const auto prog = c.flow(d.flow_id);
     REQUIRE(prog.has_value());
     CHECK(prog->waiting == 3);
+    const pg::Counts counts = c.counts(); // b, c (normal) and d wait; a is pending
+    CHECK(counts.waiting[1] == 3);
+    CHECK(counts.live() == 1);
+    CHECK(pg::to_json_text(c.status()).find("\"waiting\":3,") != std::string::npos);
     CHECK(prog->pending == 1);
     CHECK_FALSE(prog->finished);
 

@@ -269,12 +269,15 @@ struct Counts {
     std::array<std::int64_t, 3> pending{};
     std::array<std::int64_t, 3> scheduled{};
     std::array<std::int64_t, 3> claimed{};
+    /// Flow tasks waiting for their dependencies (Client::enqueue_flow): not claimable yet, and
+    /// not in live() (they are not in ax.tasks until released).
+    std::array<std::int64_t, 3> waiting{};
     std::int64_t dead_letters = 0;
     /// In the history (bounded by the retention).
     std::int64_t succeeded = 0;
     std::int64_t cancelled = 0;
     std::int64_t discarded = 0;
-    /// Live tasks of all states.
+    /// Live tasks of all states (pending, scheduled, claimed; not waiting).
     [[nodiscard]] std::int64_t live() const noexcept {
         std::int64_t n = 0;
         for (std::size_t p = 0; p < 3; ++p)
