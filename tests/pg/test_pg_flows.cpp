@@ -158,7 +158,8 @@ TEST_CASE("flows: diamond, fan-out and fan-in run in dependency order; results r
     Db db("ax_flows_order");
     pg::Client c(db.conninfo);
     // Diamond a -> {b, c} -> d, listed out of order (d first) so the cycle check runs.
-    std::vector<pg::FlowTask> diamond = {step("d", {"b", "c"}), step("b", {"a"}, "sleep:30"),
+    // d names c before b: its parents still come in the flow's order, b then c.
+    std::vector<pg::FlowTask> diamond = {step("d", {"c", "b"}), step("b", {"a"}, "sleep:30"),
                                          step("c", {"a"}), step("a", {})};
     const pg::FlowEnqueued d = c.enqueue_flow("diamond", diamond);
     REQUIRE(d.ids.size() == 4);
@@ -204,7 +205,7 @@ TEST_CASE("flows: diamond, fan-out and fan-in run in dependency order; results r
     CHECK(sr->state == pg::TaskState::succeeded);
     REQUIRE(wait_until([&] { return all_finished(c); }, 60s));
 
-    // d reads b's and c's results, in declared order.
+    // d reads b's and c's results, in the flow's task order.
     const auto parents = c.parent_results(d.ids[0]);
     REQUIRE(parents.size() == 2);
     CHECK(parents[0].name == "b");

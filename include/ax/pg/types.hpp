@@ -639,7 +639,7 @@ struct FlowTaskState {
     /// Why the flow cancelled it ("dependency 'a' (task 12) was dead-lettered", "cancelled by
     /// request"); empty when it did not.
     std::string reason;
-    /// Its dependencies' names, in the order the flow lists them.
+    /// Its dependencies' names, in the order of the flow's task list (not of depends_on).
     std::vector<std::string> depends_on;
 };
 
