@@ -793,6 +793,11 @@ TEST_CASE("console API: limits, key weights and flows", "[console_api]") {
         CHECK(cl.limits().size() == 2);
     }
     SECTION("flows: newest first, progress, finished marked, bounded") {
+        // b waits for a: the overview counts it as waiting, in its lane, and not as live.
+        const json ov = body_of(c->Get("/api/overview"));
+        CHECK(ov["counts"]["waiting"]["normal"] == 1);
+        CHECK(ov["counts"]["waiting"]["high"] == 0);
+        CHECK(ov["counts"]["scheduled"]["normal"] == 0);
         const json f = body_of(c->Get("/api/flows"));
         REQUIRE(f["flows"].size() == 2);
         const json& newest = f["flows"][0];

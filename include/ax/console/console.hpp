@@ -654,6 +654,7 @@ class Console {
              {{"pending", lanes(k.pending)},
               {"scheduled", lanes(k.scheduled)},
               {"claimed", lanes(k.claimed)},
+              {"waiting", lanes(k.waiting)},
               {"dead_letters", k.dead_letters},
               {"succeeded", k.succeeded},
               {"cancelled", k.cancelled},

@@ -217,7 +217,7 @@ canvas{width:100%;height:160px;display:block}
     overviewData = o;
     var k = o.counts, cards = clear($("cards"));
     [["pending", sum3(k.pending)], ["scheduled", sum3(k.scheduled)], ["running", sum3(k.claimed)],
-     ["dead letters", k.dead_letters], ["succeeded", k.succeeded], ["cancelled", k.cancelled],
+     ["waiting (flows)", sum3(k.waiting)], ["dead letters", k.dead_letters], ["succeeded", k.succeeded], ["cancelled", k.cancelled],
      ["discarded", k.discarded], ["oldest pending", Math.round(o.oldest_pending_age_s) + " s"]].forEach(function (c) {
       cards.appendChild(el("div", {cls: "card"}, el("b", {text: String(c[1])}), el("span", {text: c[0]})));
     });
