@@ -3,10 +3,15 @@
 -- and trigger; false: the one-table prototype of proto_*.sql), cur (migration 15's
 -- ax.flow_settle; false: settle_lock.sql's). Prints the enqueue, the heads' statement (the
 -- release of 9,800 steps), and the steps' and tails' statements (128 tasks each) in ms.
-TRUNCATE ax.tasks, ax.history, ax.flows, ax.flow_tasks, ax.flow_waiting, ax.flow_tasks2;
+TRUNCATE ax.tasks, ax.history, ax.flows, ax.flow_tasks, ax.flow_waiting, ax.flow_tasks2, ax.flow_tasks3;
+ALTER TABLE ax.history DISABLE TRIGGER history_flow_settle3;
 \if :plain
 ALTER TABLE ax.history DISABLE TRIGGER history_flow_settle2;
 ALTER TABLE ax.history ENABLE TRIGGER history_flow_settle;
+\elif :nowait
+ALTER TABLE ax.history DISABLE TRIGGER history_flow_settle2;
+ALTER TABLE ax.history DISABLE TRIGGER history_flow_settle;
+ALTER TABLE ax.history ENABLE TRIGGER history_flow_settle3;
 \elif :curenq
 ALTER TABLE ax.history DISABLE TRIGGER history_flow_settle2;
 ALTER TABLE ax.history ENABLE TRIGGER history_flow_settle;
@@ -24,6 +29,8 @@ CHECKPOINT;
 \echo :label enqueue
 \if :plain
 INSERT INTO ax.tasks (kind) SELECT 'noop' FROM generate_series(1, 10000);
+\elif :nowait
+SELECT count(*) FROM g, ax.enqueue_flow_arrays3('f', g.names, g.kinds, NULL, NULL, NULL, NULL, NULL, NULL, g.dt, g.don);
 \elif :curenq
 SELECT count(*) FROM g, ax.enqueue_flow_arrays('f', g.names, g.kinds, NULL, NULL, NULL, NULL, NULL, NULL, g.dt, g.don);
 \else

@@ -4,7 +4,9 @@
 # then its steps and tails 128 per statement, each side in its own round, sides alternating.
 # Sides: plain (the same 10,000 tasks without a flow), cur (migration 15), proto (waiting tasks in
 # ax.tasks with run_at 'infinity', released by an UPDATE of run_at: proto_*.sql), lock
-# (migration 15 locking only the dependents it counts down: settle_lock.sql).
+# (migration 15 locking only the dependents it counts down: settle_lock.sql), nowait (no
+# ax.flow_waiting: the task's fields in its ax.flow_tasks row, copied into ax.tasks at release:
+# nowait_*.sql).
 #   bash bench/pg/flows_sql/run.sh [ROUNDS=6] [SIDES="plain cur proto"]
 # settle_cur.sql is migration 15's ax.flow_settle: rounds run it in place of the schema's (a later
 # migration's version is not what side "cur" measures then).
@@ -18,13 +20,15 @@ bash scripts/pg-server.sh -- bash -c '
     C="$AX_PG_CONNINFO dbname=axflows"
     build/bench-flows/ax_pg_flows "$C" 1 200 2 1 1 >/dev/null 2>&1
     D=bench/pg/flows_sql
-    psql "$C" -q -v ON_ERROR_STOP=1 -f $D/proto_enqueue.sql -f $D/proto_settle.sql
+    psql "$C" -q -v ON_ERROR_STOP=1 -f $D/proto_enqueue.sql -f $D/proto_settle.sql \
+        -f $D/nowait_enqueue.sql -f $D/nowait_settle.sql
     for r in $(seq 1 $ROUNDS); do
         order=$SIDES
         if [ $((r % 2)) = 0 ]; then order=$(echo $SIDES | tr " " "\n" | tac | tr "\n" " "); fi
         for v in $order; do
             psql "$C" -q -v ON_ERROR_STOP=1 -v plain=$([ $v = plain ] && echo true || echo false) \
                 -v curenq=$([ $v = proto ] && echo false || echo true) \
+                -v nowait=$([ $v = nowait ] && echo true || echo false) \
                 -v cur=$([ $v = lock ] && echo false || echo true) -v label="R$r-$v" \
                 -c "\timing on" -f $D/round.sql 2>&1 | grep -E "^R|Time|Execution" | tr "\n" " " |
                 sed -E "s/Time: ([0-9.]+) ms/\1/g"
