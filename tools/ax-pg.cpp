@@ -17,7 +17,7 @@
 //   ax-pg [--db CONNINFO] schedules list
 //   ax-pg [--db CONNINFO] schedules add NAME CRON KIND [--tz ZONE] [--payload TEXT]
 //         [--priority high|normal|low] [--tags a,b] [--max-attempts N] [--timeout-ms N]
-//         [--missed skip|run_once] [--grace-s N]
+//         [--missed skip|run_once] [--grace-s N] [--group G [--group-key K]]
 //   ax-pg [--db CONNINFO] schedules remove NAME...
 //   ax-pg [--db CONNINFO] serve [--host 127.0.0.1] [--port 8090] [--token T] [--read-only]
 //         [--statement-timeout-ms N] [--allow-origin O]... [--allow-host H]...
@@ -67,7 +67,7 @@ int usage() {
                  "       ax-pg [--db CONNINFO] schedules add NAME CRON KIND [--tz ZONE]\n"
                  "             [--payload TEXT] [--priority high|normal|low] [--tags a,b]\n"
                  "             [--max-attempts N] [--timeout-ms N] [--missed skip|run_once]\n"
-                 "             [--grace-s N]\n"
+                 "             [--grace-s N] [--group G [--group-key K]]\n"
                  "       ax-pg [--db CONNINFO] schedules remove NAME...\n"
                  "       ax-pg [--db CONNINFO] serve [--host 127.0.0.1] [--port 8090] "
                  "[--token T] [--read-only]\n"
@@ -451,6 +451,9 @@ int schedules_command(ax::pg::Client& c, const std::vector<std::string>& args) {
                         std::string(ax::to_string(s.spec.priority)).c_str(),
                         std::string(ax::pg::to_string(s.spec.missed)).c_str(),
                         static_cast<long long>(s.spec.grace.count() / 1000));
+            if (!s.spec.group.empty())
+                std::printf("    group %s%s%s\n", s.spec.group.c_str(),
+                            s.spec.group_key.empty() ? "" : ", key ", s.spec.group_key.c_str());
             std::printf("    next %s, last %s, %lld task(s), %lld missed firing(s)%s%s\n",
                         utc_text(s.next_at_s).c_str(), utc_text(s.last_tick_s).c_str(),
                         static_cast<long long>(s.fired), static_cast<long long>(s.missed),
@@ -486,6 +489,10 @@ int schedules_command(ax::pg::Client& c, const std::vector<std::string>& args) {
                     v == "skip" ? ax::pg::MissedTicks::skip : ax::pg::MissedTicks::run_once;
             else if (k == "--grace-s")
                 spec.grace = std::chrono::seconds(parse_id(v));
+            else if (k == "--group")
+                spec.group = v;
+            else if (k == "--group-key")
+                spec.group_key = v;
             else
                 throw std::invalid_argument("schedules add: bad option " + k + " " + v);
         }

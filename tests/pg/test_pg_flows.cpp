@@ -341,6 +341,13 @@ TEST_CASE("flows: cycles, unknown names, self-dependencies and bad tasks are ref
         chain.push_back(step(names[static_cast<std::size_t>(i)],
                              {names[static_cast<std::size_t>((i + 1999) % 2000)]}));
     refused(chain, "the dependencies form a cycle");
+    auto keyed = step("a", {});
+    keyed.task.group_key = "t1";
+    refused({keyed}, "group_key");
+    auto long_group = step("a", {});
+    const std::string g201(201, 'g');
+    long_group.task.group = g201;
+    refused({long_group}, "group");
 
     // The SQL API: SQLSTATE 22023 and the same messages.
     db.conn.exec("CREATE FUNCTION t_try(j jsonb) RETURNS text LANGUAGE plpgsql AS $$ BEGIN "
@@ -361,6 +368,26 @@ TEST_CASE("flows: cycles, unknown names, self-dependencies and bad tasks are ref
     CHECK(sql(R"({"name":"a"})") == "22023 ax.enqueue_flow: tasks must be a JSON array of objects");
     CHECK(sql(R"([{"name":"a","kind":"k","priority":7}])") ==
           "22023 ax.enqueue_flow: task 1 ('a'): priority must be 0 (high), 1 (normal) or 2 (low)");
+    CHECK(sql(R"([{"name":"a","kind":"k","group_key":"t1"}])") ==
+          "22023 ax.enqueue_flow: task 1 ('a'): group_key needs a group_name (a key partitions a "
+          "group)");
+    CHECK(sql(R"([{"name":"a","kind":"k","group_name":")" + g201 + R"("}])") ==
+          "22023 ax.enqueue_flow: task 1 ('a'): group_name must be at most 200 bytes");
+    CHECK(sql(R"([{"name":"a","kind":"k","group_name":7}])") ==
+          "22023 ax.enqueue_flow: task 1: group_name must be a string");
+    // A misspelt field is refused, not ignored (it would have run b before a).
+    CHECK(sql(R"([{"name":"a","kind":"k"},{"name":"b","kind":"k","depend_on":["a"]}])") ==
+          "22023 ax.enqueue_flow: task 2: unknown field 'depend_on' (fields: name, kind, payload, "
+          "priority, tags, max_attempts, timeout_ms, depends_on, run_anyway, group_name, "
+          "group_key)");
+    // The arrays form: one group element per task.
+    try {
+        db.conn.exec("SELECT * FROM ax.enqueue_flow_arrays('x', ARRAY['a','b'], ARRAY['k','k'], "
+                     "p_groups => ARRAY['g'])");
+        FAIL("a short p_groups was accepted");
+    } catch (const pg::Error& e) {
+        CHECK_THAT(e.what(), Catch::Contains("the task arrays need one element per name (2)"));
+    }
     // Nothing of any of them was written.
     CHECK(db.scalar("SELECT count(*) FROM ax.flows") == 0);
     CHECK(db.scalar("SELECT count(*) FROM ax.flow_tasks") == 0);
@@ -369,6 +396,68 @@ TEST_CASE("flows: cycles, unknown names, self-dependencies and bad tasks are ref
     // And a good one after them works.
     CHECK(sql(R"([{"name":"a","kind":"k"},{"name":"b","kind":"k","depends_on":["a"]}])") == "ok");
     CHECK(db.scalar("SELECT count(*) FROM ax.tasks") == 1);
+}
+
+TEST_CASE("flows: a flow task's group and key put it under the group's limits", "[flows_groups]") {
+    Db db("ax_flows_groups");
+    pg::Client c(db.conninfo);
+    c.set_limit("g", {.max_running = 0}); // held: none of g's tasks may start yet
+    // head (group h, key x, no limit) -> 8 steps of g, keys k0 and k1 in turn -> tail (no group).
+    // The steps' names start with their key, for the overlap check below.
+    std::vector<std::string> names;
+    for (int i = 0; i < 8; ++i)
+        names.push_back("k" + std::to_string(i % 2) + "_s" + std::to_string(i));
+    std::vector<pg::FlowTask> g = {step("head", {})};
+    g[0].task.group = "h";
+    g[0].task.group_key = "x";
+    std::vector<std::string_view> all;
+    for (const std::string& n : names) {
+        g.push_back(step(n, {"head"}, "sleep:60"));
+        g.back().task.group = "g";
+        g.back().task.group_key = std::string_view(n).substr(0, 2);
+        all.push_back(n);
+    }
+    g.push_back(step("tail", all));
+    const auto f = c.enqueue_flow("grouped", g);
+    CHECK(db.scalar("SELECT count(*) FROM ax.tasks WHERE grp = 'h' AND grp_key = 'x' AND id = " +
+                    std::to_string(f.ids[0])) == 1);
+    CHECK(db.scalar("SELECT count(*) FROM ax.flow_waiting WHERE grp = 'g'") == 8);
+    CHECK(db.scalar("SELECT count(*) FROM ax.flow_waiting WHERE grp = 'g' AND grp_key = 'k1'") ==
+          4);
+    CHECK(db.scalar("SELECT count(*) FROM ax.flow_waiting WHERE grp IS NULL") == 1); // tail
+    // The same from SQL (JSON): a, then b, both in g.
+    db.conn.exec(
+        R"(SELECT * FROM ax.enqueue_flow('sql', '[{"name":"k0_a","kind":"flow","payload":"sleep:60","group_name":"g","group_key":"k0"},{"name":"k1_b","kind":"flow","payload":"sleep:60","group_name":"g","group_key":"k1","depends_on":["k0_a"]}]'::jsonb))");
+
+    Proc n1(db.conninfo, "g1"), n2(db.conninfo, "g2");
+    // head runs; its 8 dependents are released in g and held there by the limit, as is k0_a.
+    const auto queued_in_g = [&] {
+        for (const auto& l : c.limits())
+            if (l.group == "g")
+                return l.queued;
+        return std::int64_t{-1};
+    };
+    REQUIRE(wait_until([&] { return queued_in_g() == 9; }, 60s));
+    CHECK(db.scalar("SELECT count(*) FROM flow_log l JOIN ax.flow_tasks f ON f.task_id = "
+                    "l.task_id WHERE f.name LIKE 'k_\\_%'") == 0);
+    CHECK(c.result(f.ids[0])->state == pg::TaskState::succeeded);
+    // One at a time per key: each key's tasks run one after another, across both nodes.
+    c.set_limit("g", {.max_running = 1, .per_key = true});
+    REQUIRE(wait_until([&] { return all_finished(c); }, 120s));
+    CHECK(db.scalar("SELECT count(*) FROM flow_log l JOIN ax.flow_tasks f ON f.task_id = "
+                    "l.task_id WHERE f.name LIKE 'k_\\_%' AND l.ev = 'start'") == 10);
+    CHECK(db.scalar(R"(
+        WITH t AS (SELECT f.task_id, left(f.name, 2) AS k, s.at AS st, e.at AS en
+                     FROM ax.flow_tasks f
+                     JOIN flow_log s ON s.task_id = f.task_id AND s.ev = 'start'
+                     JOIN flow_log e ON e.task_id = f.task_id AND e.ev = 'end'
+                    WHERE f.name LIKE 'k_\_%')
+        SELECT count(*) FROM t a JOIN t b ON a.k = b.k AND a.task_id <> b.task_id
+                                         AND b.st >= a.st AND b.st < a.en)") == 0);
+    CHECK(c.flow(f.flow_id)->succeeded == 10);
+    check_invariants(db);
+    CHECK(n1.stop() == 0);
+    CHECK(n2.stop() == 0);
 }
 
 TEST_CASE("flows: three node processes and two producers race over many flows", "[flows_race]") {

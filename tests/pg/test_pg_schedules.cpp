@@ -136,6 +136,17 @@ TEST_CASE("schedules: define, replace, list, remove; bad input refused", "[sched
                Catch::Contains("grace"));
     CHECK_THAT(error_of({.name = "a", .cron = "@daily", .kind = "k", .tags = {"a,b"}}),
                Catch::Contains("tags"));
+    CHECK_THAT(error_of({.name = "a", .cron = "@daily", .kind = "k", .group_key = "t1"}),
+               Catch::Contains("group_key = 't1'") && Catch::Contains("needs a group"));
+    CHECK_THAT(
+        error_of({.name = "a", .cron = "@daily", .kind = "k", .group = std::string(201, 'g')}),
+        Catch::Contains("group = 201 bytes"));
+    CHECK_THAT(error_of({.name = "a",
+                         .cron = "@daily",
+                         .kind = "k",
+                         .group = "g",
+                         .group_key = std::string(201, 'k')}),
+               Catch::Contains("group_key = 201 bytes"));
     CHECK(db.scalar("SELECT count(*) FROM ax.schedules") == 0); // nothing half-written
 
     const pg::ScheduleSpec nightly{.name = "nightly",
@@ -147,6 +158,8 @@ TEST_CASE("schedules: define, replace, list, remove; bad input refused", "[sched
                                    .tags = {"gpu", "eu"},
                                    .max_attempts = 7,
                                    .timeout = 1500ms,
+                                   .group = "reports",
+                                   .group_key = "tenant-7",
                                    .missed = pg::MissedTicks::run_once,
                                    .grace = 120s};
     CHECK(c.schedule(nightly));
@@ -164,6 +177,8 @@ TEST_CASE("schedules: define, replace, list, remove; bad input refused", "[sched
     CHECK(s.spec.timeout == 1500ms);
     CHECK(s.spec.missed == pg::MissedTicks::run_once);
     CHECK(s.spec.grace == 120s);
+    CHECK(s.spec.group == "reports");
+    CHECK(s.spec.group_key == "tenant-7");
     CHECK(s.fired == 0);
     CHECK(s.last_tick_s == 0);
     CHECK(s.error.empty());
@@ -184,6 +199,7 @@ TEST_CASE("schedules: define, replace, list, remove; bad input refused", "[sched
     list = c.schedules();
     REQUIRE(list.size() == 1);
     CHECK(list[0].spec.kind == "report2");
+    CHECK(list[0].spec.group == "reports"); // replaced whole: the group came along
     CHECK(list[0].next_at_s == s.next_at_s - 3600);
     // Another cron: ticks restart from now.
     changed.cron = "@hourly";
@@ -200,14 +216,16 @@ TEST_CASE("schedules: define, replace, list, remove; bad input refused", "[sched
     // ax-pg schedules add | list | remove
     const std::string tool = g_ax_pg + " --db " + shell_quoted(db.conninfo) + " schedules ";
     auto [out, rc] = run(tool + "add berlin '*/5 * * * *' cleanup --tz Europe/Berlin --missed "
-                                "run_once --priority low --tags a,b --grace-s 30");
+                                "run_once --priority low --tags a,b --grace-s 30 --group sweep "
+                                "--group-key eu");
     CHECK(rc == 0);
     CHECK_THAT(out, Catch::Contains("schedule berlin created"));
     std::tie(out, rc) = run(tool + "list");
     CHECK(rc == 0);
     CHECK_THAT(out, Catch::Contains("1 schedule(s)") && Catch::Contains("berlin") &&
                         Catch::Contains("Europe/Berlin") && Catch::Contains("cleanup") &&
-                        Catch::Contains("run_once") && Catch::Contains("grace 30 s"));
+                        Catch::Contains("run_once") && Catch::Contains("grace 30 s") &&
+                        Catch::Contains("group sweep, key eu"));
     std::tie(out, rc) = run(tool + "add bad '* * * * 9' k");
     CHECK(rc == 2);
     CHECK_THAT(out, Catch::Contains("day-of-week field '9'"));
@@ -236,10 +254,13 @@ TEST_CASE("schedules: three nodes, one killed mid-firing: every tick exactly onc
     constexpr int schedules = 24;
     // Every second; no node handles kind "tick", so every task stays in ax.tasks to be counted.
     // The grace is long: every tick is on time, none may be skipped or merged.
+    // The odd ones put their ticks in group "g", each under a key of its own.
     for (int i = 0; i < schedules; ++i)
         c.schedule({.name = "s" + std::to_string(i),
                     .cron = "* * * * * *",
                     .kind = "tick",
+                    .group = i % 2 == 1 ? "g" : "",
+                    .group_key = i % 2 == 1 ? "k" + std::to_string(i) : "",
                     .grace = 3600s});
     const auto tasks = [&] { return db.scalar("SELECT count(*) FROM ax.tasks"); };
     REQUIRE(wait_until([&] { return tasks() >= schedules * 2; }, 30s));
@@ -270,7 +291,9 @@ TEST_CASE("schedules: three nodes, one killed mid-firing: every tick exactly onc
         "       floor(extract(epoch FROM c.next_at))::int8 - "
         "       floor(extract(epoch FROM min(to_timestamp(substr(t.idem_key, length(c.name) + 11), "
         "             'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'))))::int8, c.fired, "
-        "       count(t.id) FILTER (WHERE t.kind <> 'tick') "
+        "       count(t.id) FILTER (WHERE t.kind <> 'tick'), "
+        "       count(t.id) FILTER (WHERE t.grp IS DISTINCT FROM c.grp "
+        "                              OR t.grp_key <> c.grp_key) "
         "FROM ax.schedules c LEFT JOIN ax.tasks t ON t.idem_key LIKE 'schedule:' || c.name || ':%' "
         "GROUP BY c.name, c.next_at, c.fired ORDER BY c.name");
     REQUIRE(r.rows() == schedules);
@@ -283,9 +306,12 @@ TEST_CASE("schedules: three nodes, one killed mid-firing: every tick exactly onc
         CHECK(r.int64(i, 4) == n); // no tick lost: [first, next_at) has n seconds
         CHECK(r.int64(i, 5) == n); // the row's count agrees
         CHECK(r.int64(i, 6) == 0);
+        CHECK(r.int64(i, 7) == 0); // each tick's task in its schedule's group and key
         total += n;
     }
     CHECK(total == tasks());
+    CHECK(db.scalar("SELECT count(*) FROM ax.tasks WHERE grp = 'g' AND grp_key ~ '^k[0-9]+$'") >=
+          schedules / 2 * 3);
     // keys are in ax.idem_keys too (the second arbiter), one per task
     CHECK(db.scalar("SELECT count(*) FROM ax.idem_keys WHERE idem_key LIKE 'schedule:%'") == total);
 }

@@ -23,7 +23,8 @@
 //   ax.waiters         one row per Client::wait in progress (its task and backend)
 //   ax.schedules       recurring schedules: cron, zone, task template, the next tick
 //   ax.flows, ax.flow_tasks, ax.flow_waiting  workflows: graphs of tasks (v10); a finished
-//                      flow's rows pruned by maintenance once its tasks left the history (v15)
+//                      flow's rows pruned by maintenance once its tasks left the history (v15);
+//                      waiting flow tasks and schedules keep a limit group (v16)
 //   ax.limits          concurrency and rate limits per task group (v11; ax.limit_state: windows
 //                      and bounds; v12: large limits in slices, ax.key_weights: fair-share weights)
 
@@ -34,6 +35,7 @@
 #include "sql/migrations/v13.hpp"
 #include "sql/migrations/v14.hpp"
 #include "sql/migrations/v15.hpp"
+#include "sql/migrations/v16.hpp"
 #include "sql/migrations/v2.hpp"
 #include "sql/migrations/v3.hpp"
 #include "sql/migrations/v4.hpp"
@@ -50,7 +52,7 @@ namespace ax::pg {
 
 /// The schema version this library writes and understands. A database at a newer version is
 /// refused with a clear error; an older one is brought up to date by migrate().
-inline constexpr int schema_version = 15;
+inline constexpr int schema_version = 16;
 
 /// Codes of ax.history.state.
 enum class HistoryState : std::int16_t { succeeded = 1, cancelled = 2, discarded = 3 };
@@ -70,7 +72,7 @@ inline constexpr std::array<const char*, schema_version> migrations = {
     sql::migrations::v1,  sql::migrations::v2,  sql::migrations::v3,  sql::migrations::v4,
     sql::migrations::v5,  sql::migrations::v6,  sql::migrations::v7,  sql::migrations::v8,
     sql::migrations::v9,  sql::migrations::v10, sql::migrations::v11, sql::migrations::v12,
-    sql::migrations::v13, sql::migrations::v14, sql::migrations::v15};
+    sql::migrations::v13, sql::migrations::v14, sql::migrations::v15, sql::migrations::v16};
 
 // ---------------------------------------------------------------- hot-path statements
 // Prepared once per connection; parameters and the claim's result are in binary format, so

@@ -557,6 +557,11 @@ struct ScheduleSpec {
     std::vector<std::string> tags{};
     int max_attempts = 4;
     std::chrono::milliseconds timeout{0};
+    /// Limit group of each tick's task (NewTask::group: empty, the default, for none; at most
+    /// 200 bytes) and its partition key (needs a group; at most 200 bytes): the group's
+    /// cluster-wide limits (Client::set_limit) apply to the schedule's tasks.
+    std::string group{};
+    std::string group_key{};
     /// Missed ticks (default skip, as cron, River and Oban do; run_once for work that must
     /// happen after an outage, such as a nightly settlement).
     MissedTicks missed = MissedTicks::skip;

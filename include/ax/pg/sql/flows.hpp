@@ -26,7 +26,7 @@ namespace ax::pg::sql {
 inline constexpr const char* enqueue_flow_sql =
     "SELECT ord, id, flow_id FROM ax.enqueue_flow_arrays($1::text, $2::text[], $3::text[], "
     "$4::bytea[], $5::int4[], $6::text[], $7::int4[], $8::int4[], $9::bool[], $10::int4[], "
-    "$11::text[])";
+    "$11::text[], $12::text[], $13::text[])";
 
 /// Validates `tasks` as far as this side can (the NewTask rules, and what a flow task may not
 /// have), sends the flow in one statement and returns the IDs in input order. The database
@@ -60,7 +60,8 @@ inline FlowEnqueued enqueue_flow(detail::Connection& c, std::string_view name,
         payloads(BinaryArray::bytea_oid), prios(BinaryArray::int4_oid), tags(BinaryArray::text_oid),
         attempts(BinaryArray::int4_oid), timeouts(BinaryArray::int4_oid),
         anyway(BinaryArray::bool_oid), dep_task(BinaryArray::int4_oid),
-        dep_on(BinaryArray::text_oid);
+        dep_on(BinaryArray::text_oid), groups(BinaryArray::text_oid),
+        group_keys(BinaryArray::text_oid);
     std::string joined;
     for (std::size_t i = 0; i < tasks.size(); ++i) {
         const FlowTask& f = tasks[i];
@@ -78,15 +79,17 @@ inline FlowEnqueued enqueue_flow(detail::Connection& c, std::string_view name,
         attempts.add_int32(f.task.max_attempts);
         timeouts.add_int32(static_cast<std::int32_t>(f.task.timeout.count()));
         anyway.add_bool(f.run_anyway);
+        groups.add_bytes(f.task.group); // '' is none, as in ax.enqueue
+        group_keys.add_bytes(f.task.group_key);
         for (std::string_view d : f.depends_on) {
             dep_task.add_int32(static_cast<std::int32_t>(i + 1));
             dep_on.add_bytes(d);
         }
     }
     const std::string_view params[] = {
-        name,           names.bytes(),    kinds.bytes(),    payloads.bytes(),
-        prios.bytes(),  tags.bytes(),     attempts.bytes(), timeouts.bytes(),
-        anyway.bytes(), dep_task.bytes(), dep_on.bytes()};
+        name,           names.bytes(),    kinds.bytes(),     payloads.bytes(), prios.bytes(),
+        tags.bytes(),   attempts.bytes(), timeouts.bytes(),  anyway.bytes(),   dep_task.bytes(),
+        dep_on.bytes(), groups.bytes(),   group_keys.bytes()};
     detail::Result r = [&] {
         try {
             return c.exec_binary(enqueue_flow_sql, params, detail::Format::text);

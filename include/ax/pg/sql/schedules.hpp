@@ -64,6 +64,15 @@ validate_schedule(const ScheduleSpec& s, std::size_t max_payload_bytes) {
     if (static_cast<unsigned>(s.missed) > 1)
         bad_schedule(s, "missed", std::to_string(static_cast<unsigned>(s.missed)),
                      "must be skip or run_once");
+    if (s.group.size() > 200)
+        bad_schedule(s, "group", std::to_string(s.group.size()) + " bytes",
+                     "must be at most 200 bytes");
+    if (s.group_key.size() > 200)
+        bad_schedule(s, "group_key", std::to_string(s.group_key.size()) + " bytes",
+                     "must be at most 200 bytes");
+    if (s.group.empty() && !s.group_key.empty())
+        bad_schedule(s, "group_key", "'" + s.group_key.substr(0, 40) + "'",
+                     "needs a group (a partition key is within a group)");
     for (const std::string& tag : s.tags)
         if (!valid_tag(tag))
             bad_schedule(s, "tags", "'" + tag.substr(0, 40) + "'", std::string(tag_rule));
@@ -122,22 +131,24 @@ inline bool upsert_schedule(detail::Connection& c, const ScheduleSpec& s,
                       next = next_at_s ? std::to_string(*next_at_s) : "";
     detail::Result r = c.exec_params(
         "WITH u AS (INSERT INTO ax.schedules AS s (name, cron, time_zone, kind, payload, "
-        "  priority, tags, max_attempts, timeout_ms, run_once, grace_ms, next_at) "
+        "  priority, tags, max_attempts, timeout_ms, run_once, grace_ms, next_at, grp, grp_key) "
         "VALUES ($1, $2, $3, $4, decode($5, 'hex'), $6, "
         "  CASE WHEN $7 = '' THEN '{}'::text[] ELSE string_to_array($7, ',') END, $8, $9, $10, "
-        "  $11, CASE WHEN $12 = '' THEN 'infinity' ELSE to_timestamp($12::int8) END) "
+        "  $11, CASE WHEN $12 = '' THEN 'infinity' ELSE to_timestamp($12::int8) END, "
+        "  nullif($13, ''), $14) "
         "ON CONFLICT (name) DO UPDATE SET cron = excluded.cron, time_zone = excluded.time_zone, "
         "  kind = excluded.kind, payload = excluded.payload, priority = excluded.priority, "
         "  tags = excluded.tags, max_attempts = excluded.max_attempts, "
         "  timeout_ms = excluded.timeout_ms, run_once = excluded.run_once, "
-        "  grace_ms = excluded.grace_ms, error = NULL, updated_at = now(), "
+        "  grace_ms = excluded.grace_ms, grp = excluded.grp, grp_key = excluded.grp_key, "
+        "  error = NULL, updated_at = now(), "
         "  next_at = CASE WHEN s.cron = excluded.cron AND s.time_zone = excluded.time_zone "
         "                  AND s.error IS NULL THEN s.next_at ELSE excluded.next_at END "
         "RETURNING (xmax = 0) AS created) "
         "SELECT u.created, pg_notify('ax_schedules', '') IS NULL FROM u",
         {s.name.c_str(), s.cron.c_str(), s.time_zone.c_str(), s.kind.c_str(), payload.c_str(),
          prio.c_str(), tags.c_str(), attempts.c_str(), timeout.c_str(), once.c_str(), grace.c_str(),
-         next.c_str()});
+         next.c_str(), s.group.c_str(), s.group_key.c_str()});
     return r.boolean(0, 0);
 }
 
@@ -154,7 +165,7 @@ inline std::vector<ScheduleInfo> list_schedules(detail::Connection& c) {
         "array_to_string(tags, ','), max_attempts, timeout_ms, run_once, grace_ms, "
         "CASE WHEN next_at = 'infinity' THEN 0 ELSE floor(extract(epoch FROM next_at))::int8 END, "
         "coalesce(floor(extract(epoch FROM last_tick))::int8, 0), fired, missed, "
-        "coalesce(error, '') FROM ax.schedules ORDER BY name");
+        "coalesce(error, ''), coalesce(grp, ''), grp_key FROM ax.schedules ORDER BY name");
     std::vector<ScheduleInfo> out;
     for (int i = 0; i < r.rows(); ++i) {
         ScheduleInfo s;
@@ -179,6 +190,8 @@ inline std::vector<ScheduleInfo> list_schedules(detail::Connection& c) {
         s.fired = r.int64(i, 13);
         s.missed = r.int64(i, 14);
         s.error = std::string(r.text(i, 15));
+        s.spec.group = std::string(r.text(i, 16));
+        s.spec.group_key = std::string(r.text(i, 17));
         out.push_back(std::move(s));
     }
     return out;
@@ -209,7 +222,8 @@ WITH u AS (SELECT * FROM unnest($1::text[], $2::int8[], $3::int8[], $4::bool[], 
                   fired = c.fired + u.n, missed = c.missed + u.missed::int, error = u.error
              FROM u
             WHERE c.name = u.name AND floor(extract(epoch FROM c.next_at))::int8 = u.due
-        RETURNING c.name, c.kind, c.payload, c.priority, c.tags, c.max_attempts, c.timeout_ms),
+        RETURNING c.name, c.kind, c.payload, c.priority, c.tags, c.max_attempts, c.timeout_ms,
+                  c.grp, c.grp_key),
      t AS MATERIALIZED (
         SELECT s.*, 'schedule:' || s.name || ':' ||
                     to_char(to_timestamp(x.tick) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
@@ -218,8 +232,10 @@ WITH u AS (SELECT * FROM unnest($1::text[], $2::int8[], $3::int8[], $4::bool[], 
      k AS (INSERT INTO ax.idem_keys (idem_key, task_id)
            SELECT key, new_id FROM t ORDER BY key
            ON CONFLICT (idem_key) DO NOTHING RETURNING task_id)
-INSERT INTO ax.tasks (id, kind, payload, priority, timeout_ms, max_attempts, idem_key, tags)
-SELECT t.new_id, t.kind, t.payload, t.priority, t.timeout_ms, t.max_attempts, t.key, t.tags
+INSERT INTO ax.tasks (id, kind, payload, priority, timeout_ms, max_attempts, idem_key, tags,
+                      grp, grp_key)
+SELECT t.new_id, t.kind, t.payload, t.priority, t.timeout_ms, t.max_attempts, t.key, t.tags,
+       t.grp, t.grp_key
   FROM t JOIN k ON k.task_id = t.new_id)SQL";
 
 /// Parks schedule $1 with the reason $2 (a firing the server refused): it fires no more until
