@@ -1,8 +1,9 @@
 -- One round of one side (run.sh sets the variables): plain (10,000 tasks without a flow; the
--- migration-15 trigger enabled), curenq (the flow through migration 15's ax.enqueue_flow_arrays
--- and trigger; false: the one-table prototype of proto_*.sql), cur (migration 15's
--- ax.flow_settle; false: settle_lock.sql's). Prints the enqueue, the heads' statement (the
--- release of 9,800 steps), and the steps' and tails' statements (128 tasks each) in ms.
+-- schema's flow trigger enabled), curenq (the flow through the schema's ax.enqueue_flow_arrays and
+-- trigger; false: the one-table prototype of proto_*.sql), nowait (nowait_*.sql's), cur (the
+-- schema's ax.flow_settle, saved by run.sh in :settle_cur; false: settle_lock.sql's). Prints the
+-- enqueue, the heads' statement (the release of 9,800 steps), and the steps' and tails'
+-- statements (128 tasks each) in ms.
 TRUNCATE ax.tasks, ax.history, ax.flows, ax.flow_tasks, ax.flow_waiting, ax.flow_tasks2, ax.flow_tasks3;
 ALTER TABLE ax.history DISABLE TRIGGER history_flow_settle3;
 \if :plain
@@ -20,7 +21,7 @@ ALTER TABLE ax.history DISABLE TRIGGER history_flow_settle;
 ALTER TABLE ax.history ENABLE TRIGGER history_flow_settle2;
 \endif
 \if :cur
-\ir settle_cur.sql
+\i :settle_cur
 \else
 \ir settle_lock.sql
 \endif
