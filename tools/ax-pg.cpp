@@ -393,12 +393,14 @@ int flows_command(ax::pg::Client& c, const std::vector<std::string>& args) {
 void print_status(ax::pg::Client& c) {
     const ax::pg::Status s = c.status();
     const char* lanes[3] = {"high", "normal", "low"};
-    std::printf("%-10s %10s %10s %10s\n", "lane", "pending", "scheduled", "claimed");
+    std::printf("%-10s %10s %10s %10s %10s\n", "lane", "pending", "scheduled", "claimed",
+                "waiting");
     for (std::size_t p = 0; p < 3; ++p)
-        std::printf("%-10s %10lld %10lld %10lld\n", lanes[p],
+        std::printf("%-10s %10lld %10lld %10lld %10lld\n", lanes[p],
                     static_cast<long long>(s.counts.pending[p]),
                     static_cast<long long>(s.counts.scheduled[p]),
-                    static_cast<long long>(s.counts.claimed[p]));
+                    static_cast<long long>(s.counts.claimed[p]),
+                    static_cast<long long>(s.counts.waiting[p]));
     std::printf(
         "dead letters: %lld   history: %lld succeeded, %lld cancelled, %lld discarded\n",
         static_cast<long long>(s.counts.dead_letters), static_cast<long long>(s.counts.succeeded),

@@ -9,6 +9,7 @@
 // (exit 77). Durations are generous hang guards, never speed claims.
 
 #define CATCH_CONFIG_RUNNER
+#include <ax/pg/json.hpp>
 #include <ax/pg/pg.hpp>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -157,7 +158,8 @@ TEST_CASE("flows: diamond, fan-out and fan-in run in dependency order; results r
     Db db("ax_flows_order");
     pg::Client c(db.conninfo);
     // Diamond a -> {b, c} -> d, listed out of order (d first) so the cycle check runs.
-    std::vector<pg::FlowTask> diamond = {step("d", {"b", "c"}), step("b", {"a"}, "sleep:30"),
+    // d names c before b: its parents still come in the flow's order, b then c.
+    std::vector<pg::FlowTask> diamond = {step("d", {"c", "b"}), step("b", {"a"}, "sleep:30"),
                                          step("c", {"a"}), step("a", {})};
     const pg::FlowEnqueued d = c.enqueue_flow("diamond", diamond);
     REQUIRE(d.ids.size() == 4);
@@ -171,6 +173,10 @@ TEST_CASE("flows: diamond, fan-out and fan-in run in dependency order; results r
     const auto prog = c.flow(d.flow_id);
     REQUIRE(prog.has_value());
     CHECK(prog->waiting == 3);
+    const pg::Counts counts = c.counts(); // b, c (normal) and d wait; a is pending
+    CHECK(counts.waiting[1] == 3);
+    CHECK(counts.live() == 1);
+    CHECK(pg::to_json_text(c.status()).find("\"waiting\":3,") != std::string::npos);
     CHECK(prog->pending == 1);
     CHECK_FALSE(prog->finished);
 
@@ -199,7 +205,7 @@ TEST_CASE("flows: diamond, fan-out and fan-in run in dependency order; results r
     CHECK(sr->state == pg::TaskState::succeeded);
     REQUIRE(wait_until([&] { return all_finished(c); }, 60s));
 
-    // d reads b's and c's results, in declared order.
+    // d reads b's and c's results, in the flow's task order.
     const auto parents = c.parent_results(d.ids[0]);
     REQUIRE(parents.size() == 2);
     CHECK(parents[0].name == "b");

@@ -127,6 +127,7 @@ TEST_CASE("a node's counters and the cluster status render with ax's conventions
     st.counts.pending = {1, 2, 3};
     st.counts.scheduled = {0, 4, 0};
     st.counts.claimed = {0, 9, 0};
+    st.counts.waiting = {0, 0, 7};
     st.counts.dead_letters = 2;
     st.counts.succeeded = 190;
     st.oldest_pending_age_s = 1.25;
@@ -170,6 +171,7 @@ TEST_CASE("a node's counters and the cluster status render with ax's conventions
     CHECK(v.at("ax_pg_cluster_tasks{scheduler=\"n\",state=\"pending\",priority=\"low\"}") == "3");
     CHECK(v.at("ax_pg_cluster_tasks{scheduler=\"n\",state=\"claimed\",priority=\"normal\"}") ==
           "9");
+    CHECK(v.at("ax_pg_cluster_tasks{scheduler=\"n\",state=\"waiting\",priority=\"low\"}") == "7");
     CHECK(v.at("ax_pg_cluster_dead_letters{scheduler=\"n\"}") == "2");
     CHECK(v.at("ax_pg_cluster_history_tasks{scheduler=\"n\",outcome=\"succeeded\"}") == "190");
     CHECK(v.at("ax_pg_cluster_oldest_pending_age_seconds{scheduler=\"n\"}") == "1.25");
@@ -249,6 +251,7 @@ TEST_CASE("a node's counters and the cluster status as JSON text", "[render]") {
     st.counts.pending = {1, 2, 3};
     st.counts.scheduled = {0, 4, 0};
     st.counts.claimed = {0, 9, 0};
+    st.counts.waiting = {0, 0, 7};
     st.counts.dead_letters = 2;
     st.oldest_pending_age_s = 1.25;
     st.unclaimable = {{"resize [gpu]", 3}, {"we\"ird\\\nkind []", 1}};
@@ -265,7 +268,7 @@ TEST_CASE("a node's counters and the cluster status as JSON text", "[render]") {
     st.paused = {{pg::PauseTarget::lane(ax::Priority::low), 3.5},
                  {pg::PauseTarget::kind("resize"), 2}};
     CHECK(pg::to_json_text(st) ==
-          "{\"pending\":6,\"scheduled\":4,\"claimed\":9,\"dead_letters\":2,"
+          "{\"pending\":6,\"scheduled\":4,\"claimed\":9,\"waiting\":7,\"dead_letters\":2,"
           "\"oldest_pending_age_s\":1.25,\"unclaimable_tasks\":4,"
           "\"unclaimable\":{\"resize [gpu]\":3,\"we\\\"ird\\\\\\u000akind []\":1},"
           "\"nodes\":{\"42\":{\"lease_left_s\":12.5,\"batches\":2,\"tasks\":9}},"

@@ -240,7 +240,8 @@ class Client {
         return sql::flow_tasks(connection(), id);
     }
 
-    /// The outcomes of task `id`'s dependencies (its flow's), in the order the flow lists them:
+    /// The outcomes of task `id`'s dependencies (its flow's), in the order of the flow's task list
+    /// (the order given to enqueue_flow, whatever the order of the task's depends_on):
     /// each one's name and what Client::result says of it, results included. A handler calls it
     /// with its job's ID (Job::id) on a Client of its own: a task runs only once all its
     /// dependencies succeeded (or, run_anyway, ended), so their results are there. Empty for a task

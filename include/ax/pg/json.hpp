@@ -140,15 +140,16 @@ class JsonObject {
     return out;
 }
 
-/// The cluster (Client::status()) as a JSON object: pending, scheduled, claimed (all
-/// priorities), dead_letters, oldest_pending_age_s, unclaimable_tasks (tasks no live node can
-/// take), unclaimable (an object: "kind [tags]" -> count), nodes (an object: node id -> its
-/// lease_left_s, batches and tasks), the schema's reclaimed_batches_total,
-/// reclaimed_tasks_total and checksum_mismatches_total, paused (an object: "kind K" or
-/// "lane L" -> seconds since it was paused; empty when nothing is), and limits (an object: each
-/// limited group (Client::set_limit) -> its max_running (null: no concurrency limit), per_key,
-/// rate_n (null: no rate limit), rate_period_s, running, queued, keys and next_slot_s (seconds
-/// until a full rate window ends; null when none is full); empty when no group is limited).
+/// The cluster (Client::status()) as a JSON object: pending, scheduled, claimed, waiting (flow
+/// tasks waiting for their dependencies; all priorities), dead_letters, oldest_pending_age_s,
+/// unclaimable_tasks (tasks no live node can take), unclaimable (an object: "kind [tags]" ->
+/// count), nodes (an object: node id -> its lease_left_s, batches and tasks), the schema's
+/// reclaimed_batches_total, reclaimed_tasks_total and checksum_mismatches_total, paused (an object:
+/// "kind K" or "lane L" -> seconds since it was paused; empty when nothing is), and limits (an
+/// object: each limited group (Client::set_limit) -> its max_running (null: no concurrency limit),
+/// per_key, rate_n (null: no rate limit), rate_period_s, running, queued, keys and next_slot_s
+/// (seconds until a full rate window ends; null when none is full); empty when no group is
+/// limited).
 [[nodiscard]] inline std::string to_json_text(const Status& s) {
     std::string out;
     {
@@ -157,6 +158,7 @@ class JsonObject {
         o.number("pending", sum(s.counts.pending));
         o.number("scheduled", sum(s.counts.scheduled));
         o.number("claimed", sum(s.counts.claimed));
+        o.number("waiting", sum(s.counts.waiting));
         o.number("dead_letters", s.counts.dead_letters);
         o.number("oldest_pending_age_s", s.oldest_pending_age_s);
         o.number("unclaimable_tasks", s.unclaimable_total);

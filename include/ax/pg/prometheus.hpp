@@ -100,12 +100,14 @@ inline void append_prometheus(std::string& out, const Status& s,
     const Counts& c = s.counts;
     w.begin("cluster_tasks", "gauge",
             "Live tasks in the database, by state (pending: claimable now; scheduled: waiting "
-            "for their run time or retry; claimed: held by a node) and priority.");
+            "for their run time or retry; claimed: held by a node; waiting: flow tasks waiting "
+            "for their dependencies) and priority.");
     for (std::size_t p = 0; p < priority_count; ++p) {
         const std::string_view prio = to_string(static_cast<Priority>(p));
         w.sample({{"state", "pending"}, {"priority", prio}}, c.pending[p]);
         w.sample({{"state", "scheduled"}, {"priority", prio}}, c.scheduled[p]);
         w.sample({{"state", "claimed"}, {"priority", prio}}, c.claimed[p]);
+        w.sample({{"state", "waiting"}, {"priority", prio}}, c.waiting[p]);
     }
     w.single("cluster_dead_letters", "gauge", "Dead-lettered tasks in the database.",
              c.dead_letters);

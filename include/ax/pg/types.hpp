@@ -269,12 +269,15 @@ struct Counts {
     std::array<std::int64_t, 3> pending{};
     std::array<std::int64_t, 3> scheduled{};
     std::array<std::int64_t, 3> claimed{};
+    /// Flow tasks waiting for their dependencies (Client::enqueue_flow): not claimable yet, and
+    /// not in live() (they are not in ax.tasks until released).
+    std::array<std::int64_t, 3> waiting{};
     std::int64_t dead_letters = 0;
     /// In the history (bounded by the retention).
     std::int64_t succeeded = 0;
     std::int64_t cancelled = 0;
     std::int64_t discarded = 0;
-    /// Live tasks of all states.
+    /// Live tasks of all states (pending, scheduled, claimed; not waiting).
     [[nodiscard]] std::int64_t live() const noexcept {
         std::int64_t n = 0;
         for (std::size_t p = 0; p < 3; ++p)
@@ -636,7 +639,7 @@ struct FlowTaskState {
     /// Why the flow cancelled it ("dependency 'a' (task 12) was dead-lettered", "cancelled by
     /// request"); empty when it did not.
     std::string reason;
-    /// Its dependencies' names, in the order the flow lists them.
+    /// Its dependencies' names, in the order of the flow's task list (not of depends_on).
     std::vector<std::string> depends_on;
 };
 

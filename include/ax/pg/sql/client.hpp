@@ -169,6 +169,9 @@ inline Counts counts(detail::Connection& c) {
         const auto n = r.int64(i, 2);
         (st == 0 ? out.pending : st == 1 ? out.scheduled : out.claimed).at(p) = n;
     }
+    detail::Result w = c.exec("SELECT priority, count(*) FROM ax.flow_waiting GROUP BY priority");
+    for (int i = 0; i < w.rows(); ++i)
+        out.waiting.at(static_cast<std::size_t>(w.int64(i, 0))) = w.int64(i, 1);
     detail::Result h = c.exec("SELECT (SELECT count(*) FROM ax.dead_letters), "
                               "count(*) FILTER (WHERE state = 1), "
                               "count(*) FILTER (WHERE state = 2), "

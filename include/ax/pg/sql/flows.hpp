@@ -164,8 +164,8 @@ inline std::vector<FlowTaskState> flow_tasks(detail::Connection& c, std::int64_t
     return out;
 }
 
-/// Task `id`'s dependencies' outcomes in the order the flow lists them (binary: results keep their
-/// bytes).
+/// Task `id`'s dependencies' outcomes in the order of the flow's task list (binary: results keep
+/// their bytes).
 inline std::vector<ParentResult> parent_results(detail::Connection& c, std::int64_t id) {
     const std::string tid = std::to_string(id);
     const char* values[] = {tid.c_str()};
