@@ -594,7 +594,7 @@ TEST_CASE("console API: overview, filters, pagination, task page", "[console_api
     db.exec("UPDATE ax.tasks SET node_id = " + std::to_string(node) +
             " WHERE id = " + std::to_string(a2));
     REQUIRE(cl.pause(pg::PauseTarget::kind("beta")));
-    cl.schedule({.name = "nightly", .cron = "0 3 * * *", .kind = "report"});
+    cl.schedule({.name = "nightly", .cron = "0 3 * * *", .kind = "report", .group = "reports"});
 
     Served s(db.conninfo, {});
     auto c = s.client();
@@ -625,6 +625,8 @@ TEST_CASE("console API: overview, filters, pagination, task page", "[console_api
         CHECK(o["paused"][0]["name"] == "beta");
         REQUIRE(o["schedules"].size() == 1);
         CHECK(o["schedules"][0]["name"] == "nightly");
+        CHECK(o["schedules"][0]["group"] == "reports");
+        CHECK(o["schedules"][0]["group_key"] == "");
         const auto& pm = o["per_minute"];
         REQUIRE(pm["succeeded"].size() == 60);
         std::int64_t succ = 0, fail = 0, canc = 0;

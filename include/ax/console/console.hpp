@@ -640,6 +640,8 @@ class Console {
                                  {"cron", s.spec.cron},
                                  {"time_zone", s.spec.time_zone},
                                  {"kind", s.spec.kind},
+                                 {"group", s.spec.group},
+                                 {"group_key", s.spec.group_key},
                                  {"next_at", s.next_at_s},
                                  {"last_tick", s.last_tick_s},
                                  {"fired", s.fired},

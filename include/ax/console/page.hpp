@@ -246,7 +246,7 @@ canvas{width:100%;height:160px;display:block}
       });
     }
     table($("schedules"), ["name", "cron", "kind", "next", "fired", "error"], o.schedules.map(function (s) {
-      return row([s.name, s.cron + " " + s.time_zone, s.kind, when(s.next_at), String(s.fired), el("span", {cls: "bad", text: s.error})]);
+      return row([s.name, s.cron + " " + s.time_zone, s.kind + (s.group ? " [" + s.group + (s.group_key ? "/" + s.group_key : "") + "]" : ""), when(s.next_at), String(s.fired), el("span", {cls: "bad", text: s.error})]);
     }));
     var u = clear($("unclaimable"));
     o.unclaimable.forEach(function (x) { u.appendChild(el("div", {cls: "bad", text: x.tasks + " unclaimable: " + x.reason})); });
