@@ -16,6 +16,9 @@
 // processes, the machine's busy share, each node's counters over the side, the longest stretch
 // without a task run; for a slow side (over twice the side's fastest so far) also the progress
 // every 0.5 s and what pg_stat_activity / pg_locks showed meanwhile (sampled every 100 ms).
+// AX_FLOWS_VACUUM_EMPTY=1 runs `VACUUM (TRUNCATE false) ax.tasks` on the drained table before each
+// side (what made claims slow before the fix described there); AX_FLOWS_SKIP_ACK=1 leaves out
+// the acknowledgement statement's part.
 
 #include <algorithm>
 #include <atomic>
@@ -227,6 +230,8 @@ class Sampler {
 };
 std::unique_ptr<Sampler> g_sampler;
 
+std::atomic<Clock::rep> g_t0_ticks{0}; // the side's start, for the nodes' on_event (driver threads)
+
 /// What AX_FLOWS_TRACE prints of one side.
 struct SideTrace {
     Clock::time_point t0;
@@ -241,6 +246,7 @@ struct SideTrace {
         if (!g_trace)
             return;
         t0 = t;
+        g_t0_ticks.store(t.time_since_epoch().count());
         getrusage(RUSAGE_SELF, &ru0);
         self0 = proc_cpu(getpid());
         srv0 = server_cpu(g_postmaster);
@@ -542,8 +548,12 @@ int main(int argc, char** argv) {
         if (g_trace)
             o.on_event = [i](std::string_view what) {
                 char head[48];
-                std::snprintf(head, sizeof head, "t=%.3f node%d: ",
-                              std::chrono::duration<double>(Clock::now() - g_side.t0).count(), i);
+                std::snprintf(
+                    head, sizeof head, "t=%.3f node%d: ",
+                    std::chrono::duration<double>(
+                        Clock::now() - Clock::time_point(Clock::duration(g_t0_ticks.load())))
+                        .count(),
+                    i);
                 std::lock_guard l(g_events_mu);
                 g_events.push_back(head + std::string(what));
             };
