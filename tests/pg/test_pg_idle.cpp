@@ -501,6 +501,9 @@ TEST_CASE("a claim reads about its batch of ax.tasks, also after a VACUUM found 
     s.exec(("PREPARE claim (int8, text[], text[], int8, int8, int8, int8) AS " +
             std::string(pg::detail::claim_sql))
                .c_str());
+    s.exec(
+        ("PREPARE ack_result (int8, int8[], bytea[]) AS " + std::string(pg::detail::ack_result_sql))
+            .c_str());
     for (const char* mode : {"force_generic_plan", "force_custom_plan"}) {
         INFO(mode);
         s.exec(("SET plan_cache_mode = " + std::string(mode)).c_str());
@@ -513,12 +516,27 @@ TEST_CASE("a claim reads about its batch of ax.tasks, also after a VACUUM found 
             plan.emplace_back(r.text(i, 0));
             text += plan.back() + "\n";
         }
+        // The acknowledgement with results (ack_result_sql) of what was claimed.
+        auto ids = s.exec("SELECT array_agg(id)::text, array_agg('\\x00'::bytea)::text FROM "
+                          "ax.tasks WHERE node_id = 1");
+        auto a = s.exec(("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE ack_result (1, '" +
+                         std::string(ids.text(0, 0)) + "', '" + std::string(ids.text(0, 1)) + "')")
+                            .c_str());
+        std::vector<std::string> ack_plan;
+        std::string ack_text;
+        for (int i = 0; i < a.rows(); ++i) {
+            ack_plan.emplace_back(a.text(i, 0));
+            ack_text += ack_plan.back() + "\n";
+        }
         s.exec("ROLLBACK");
         INFO(text);
         CHECK(text.find("Update on tasks") != std::string::npos);
         // 16 claimed: the lane's scan and the update's each read about 16 rows; a scan of the
         // table reads 5,000 (once, or once per claimed task).
         CHECK(tasks_rows_read(plan) <= 200);
+        INFO(ack_text);
+        CHECK(ack_text.find("Delete on tasks") != std::string::npos);
+        CHECK(tasks_rows_read(ack_plan) <= 200);
     }
 }
 
