@@ -6,6 +6,9 @@
 # that fan in to one tail).
 #   bash scripts/bench-flows.sh [ROUNDS=5] [N=10000] [GROUPS=100] [NODES=2] [WORKERS=4]
 # Server settings through AX_PG_SETTINGS (pg-server.sh), e.g. AX_PG_SETTINGS="-c fsync=off".
+# Diagnostics (bench/pg/flows.cpp's header; docs/bench/pg-flows.md, "Slow rounds"): AX_FLOWS_TRACE=1
+# (a trace per side), AX_FLOWS_VACUUM_EMPTY=1 (vacuum the empty ax.tasks before each side),
+# AX_FLOWS_SKIP_ACK=1 (leave out the acknowledgement statement's part).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 cmake -S bench/pg -B build/bench-flows -DCMAKE_BUILD_TYPE=Release >/dev/null

@@ -4,7 +4,8 @@
 // poll_interval (500 ms) must send at most 10 claim statements per second each while nothing is
 // claimable. Runs against a real PostgreSQL (scripts/pg-server.sh exports AX_PG_CONNINFO); without
 // one it exits 77 (skipped). Each test case works in a database of its own. The [idle_logic] case
-// needs no server.
+// needs no server. Beside them, [claim_plan]: a claim's cost stays bounded by its batch once a
+// VACUUM found ax.tasks empty (its statistics then say "empty" while the queue refills).
 
 #define CATCH_CONFIG_RUNNER
 #include <atomic>
@@ -464,6 +465,79 @@ TEST_CASE("idle after a dead node's batches were reclaimed", "[pg][idle_reclaim]
     CHECK(ns.ran.load() == n);
     std::this_thread::sleep_for(300ms);
     CHECK(idle_claim_rate(ns, "a reclaim of a dead node's batches") <= max_idle_claims_per_s);
+}
+
+/// Sum of `actual rows=R loops=L` (R x L) over the plan lines that read ax.tasks.
+std::int64_t tasks_rows_read(const std::vector<std::string>& plan) {
+    std::int64_t sum = 0;
+    for (const std::string& line : plan) {
+        if (line.find(" on tasks") == std::string::npos)
+            continue;
+        const auto a = line.find("actual rows=");
+        const auto l = line.find("loops=");
+        if (a == std::string::npos || l == std::string::npos)
+            continue;
+        sum += std::stoll(line.substr(a + 12)) * std::stoll(line.substr(l + 6));
+    }
+    return sum;
+}
+
+// docs/bench/pg-flows.md, "Slow rounds": the node's own VACUUM ran while the queue was drained,
+// left pg_class.reltuples 0 with the pages kept (TRUNCATE false), and until the next VACUUM the
+// planner took ax.tasks for empty: the claim's update, a join with the claimed IDs, became a
+// full scan of ax.tasks per claimed task, and rounds of 10,000 tasks took 5-10x as long. The
+// claim must read about its batch of ax.tasks rows whatever the statistics say.
+TEST_CASE("a claim reads about its batch of ax.tasks, also after a VACUUM found the table empty",
+          "[pg][claim_plan]") {
+    Db db("ax_claim_plan");
+    auto s = db.sql();
+    s.exec("INSERT INTO ax.tasks (kind) SELECT 'noop' FROM generate_series(1, 5000)");
+    s.exec("DELETE FROM ax.tasks");
+    s.exec("VACUUM (TRUNCATE false) ax.tasks"); // as the node's pass (Vacuum) runs it
+    REQUIRE(db.scalar("SELECT reltuples::int8 FROM pg_class WHERE oid = 'ax.tasks'::regclass") ==
+            0);
+    s.exec("INSERT INTO ax.tasks (kind) SELECT 'noop' FROM generate_series(1, 5000)");
+    // Prepared as the node prepares it (sql::prepare_node_statements): parameter types, plan mode.
+    s.exec(("PREPARE claim (int8, text[], text[], int8, int8, int8, int8) AS " +
+            std::string(pg::detail::claim_sql))
+               .c_str());
+    s.exec(
+        ("PREPARE ack_result (int8, int8[], bytea[]) AS " + std::string(pg::detail::ack_result_sql))
+            .c_str());
+    for (const char* mode : {"force_generic_plan", "force_custom_plan"}) {
+        INFO(mode);
+        s.exec(("SET plan_cache_mode = " + std::string(mode)).c_str());
+        s.exec("BEGIN");
+        auto r = s.exec("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE claim (1, '{noop}', "
+                        "'{}', 0, 16, 0, 30000)");
+        std::vector<std::string> plan;
+        std::string text;
+        for (int i = 0; i < r.rows(); ++i) {
+            plan.emplace_back(r.text(i, 0));
+            text += plan.back() + "\n";
+        }
+        // The acknowledgement with results (ack_result_sql) of what was claimed.
+        auto ids = s.exec("SELECT array_agg(id)::text, array_agg('\\x00'::bytea)::text FROM "
+                          "ax.tasks WHERE node_id = 1");
+        auto a = s.exec(("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE ack_result (1, '" +
+                         std::string(ids.text(0, 0)) + "', '" + std::string(ids.text(0, 1)) + "')")
+                            .c_str());
+        std::vector<std::string> ack_plan;
+        std::string ack_text;
+        for (int i = 0; i < a.rows(); ++i) {
+            ack_plan.emplace_back(a.text(i, 0));
+            ack_text += ack_plan.back() + "\n";
+        }
+        s.exec("ROLLBACK");
+        INFO(text);
+        CHECK(text.find("Update on tasks") != std::string::npos);
+        // 16 claimed: the lane's scan and the update's each read about 16 rows; a scan of the
+        // table reads 5,000 (once, or once per claimed task).
+        CHECK(tasks_rows_read(plan) <= 200);
+        INFO(ack_text);
+        CHECK(ack_text.find("Delete on tasks") != std::string::npos);
+        CHECK(tasks_rows_read(ack_plan) <= 200);
+    }
 }
 
 int main(int argc, char** argv) {

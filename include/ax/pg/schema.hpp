@@ -86,6 +86,10 @@ inline constexpr std::array<const char*, schema_version> migrations = {
 /// shares applied; otherwise that costs one probe of the empty tasks_grouped index. The text up
 /// to the batch INSERT stays within track_activity_query_size's default 1024 bytes, so
 /// pg_stat_activity shows a claim as one (test_pg [links] finds claims in the server that way).
+/// The update reaches ax.tasks through its key only (`id = ANY (ARRAY(...))`, an index condition):
+/// as a join with c, a VACUUM that found the table empty (pg_class.reltuples 0, which lasts until
+/// the next VACUUM or ANALYZE while the table refills) had the planner scan all of ax.tasks once
+/// per claimed task, a claim costing O(tasks waiting) (docs/bench/pg-flows.md, "Slow rounds").
 inline constexpr const char* claim_sql = R"SQL(
 WITH x AS MATERIALIZED (SELECT NOT EXISTS (SELECT 1 FROM ax.tasks
                                             WHERE node_id IS NULL AND grp IS NOT NULL) AS u),
@@ -104,7 +108,7 @@ b AS (INSERT INTO ax.batches (node_id, size, checksum, lease_until)
       FROM c HAVING count(*) > 0
       RETURNING id),
 r AS (UPDATE ax.tasks t SET node_id = $1, batch_id = b.id, attempts = t.attempts + 1
-        FROM c, b WHERE t.id = c.id
+        FROM b WHERE t.id = ANY (ARRAY(SELECT id FROM c))
       RETURNING t.id, b.id AS batch, array_position($2::text[], t.kind)::int4, t.priority,
                 t.attempts, t.timeout_ms, t.cancel_requested,
                 (extract(epoch FROM now() - t.run_at) * 1000)::int8, t.payload)
