@@ -53,6 +53,7 @@ set(AX_PG_HEADER_LAYERS
     pg/sql/migrations/v10.hpp=20 pg/sql/migrations/v11.hpp=20 pg/sql/migrations/v12.hpp=20
     pg/sql/migrations/v13.hpp=20 pg/sql/migrations/v14.hpp=20
     pg/sql/migrations/v15.hpp=20
+    pg/sql/migrations/v16.hpp=20
     pg/detail/node_waker.hpp=20
     pg/schema.hpp=21 pg/json.hpp=21 pg/prometheus.hpp=21 pg/detail/node_planner.hpp=21
     pg/detail/node_counters.hpp=21 pg/detail/node_slots.hpp=21
