@@ -54,6 +54,7 @@ set(AX_PG_HEADER_LAYERS
     pg/sql/migrations/v13.hpp=20 pg/sql/migrations/v14.hpp=20
     pg/sql/migrations/v15.hpp=20
     pg/sql/migrations/v16.hpp=20
+    pg/sql/migrations/v17.hpp=20
     pg/detail/node_waker.hpp=20
     pg/schema.hpp=21 pg/json.hpp=21 pg/prometheus.hpp=21 pg/detail/node_planner.hpp=21
     pg/detail/node_counters.hpp=21 pg/detail/node_slots.hpp=21

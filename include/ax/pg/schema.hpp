@@ -36,6 +36,7 @@
 #include "sql/migrations/v14.hpp"
 #include "sql/migrations/v15.hpp"
 #include "sql/migrations/v16.hpp"
+#include "sql/migrations/v17.hpp"
 #include "sql/migrations/v2.hpp"
 #include "sql/migrations/v3.hpp"
 #include "sql/migrations/v4.hpp"
@@ -52,7 +53,7 @@ namespace ax::pg {
 
 /// The schema version this library writes and understands. A database at a newer version is
 /// refused with a clear error; an older one is brought up to date by migrate().
-inline constexpr int schema_version = 16;
+inline constexpr int schema_version = 17;
 
 /// Codes of ax.history.state.
 enum class HistoryState : std::int16_t { succeeded = 1, cancelled = 2, discarded = 3 };
@@ -72,7 +73,8 @@ inline constexpr std::array<const char*, schema_version> migrations = {
     sql::migrations::v1,  sql::migrations::v2,  sql::migrations::v3,  sql::migrations::v4,
     sql::migrations::v5,  sql::migrations::v6,  sql::migrations::v7,  sql::migrations::v8,
     sql::migrations::v9,  sql::migrations::v10, sql::migrations::v11, sql::migrations::v12,
-    sql::migrations::v13, sql::migrations::v14, sql::migrations::v15, sql::migrations::v16};
+    sql::migrations::v13, sql::migrations::v14, sql::migrations::v15, sql::migrations::v16,
+    sql::migrations::v17};
 
 // ---------------------------------------------------------------- hot-path statements
 // Prepared once per connection; parameters and the claim's result are in binary format, so
@@ -124,7 +126,9 @@ SELECT * FROM ax.claim_grouped($1, $2::text[], $3::text[], $4, $5, $6, $7)
 /// key's retention and record how they ended (finished_state, read by unique_states; only the
 /// key's own task: once a unique window passed, the key may belong to a newer task); the keys are
 /// locked in key order (the order enqueue takes them in), so an acknowledgement and a keyed enqueue
-/// never deadlock. Without keys in the call, that part reads nothing.
+/// never deadlock. Without keys in the call, that part reads nothing. Rows and keys are reached by
+/// `= ANY (array)`, an index condition: after a VACUUM found a table drained the planner takes it
+/// for empty, and a join would then read all of it (test_pg_idle [plans_after_drain]).
 inline constexpr const char* ack_sql = R"SQL(
 WITH d AS (DELETE FROM ax.tasks t WHERE t.id = ANY ($2::int8[]) AND t.node_id = $1
            RETURNING t.id, t.kind, t.priority, t.attempts, t.enqueued_at, t.idem_key,
@@ -132,10 +136,11 @@ WITH d AS (DELETE FROM ax.tasks t WHERE t.id = ANY ($2::int8[]) AND t.node_id = 
      k AS (UPDATE ax.idem_keys k
               SET finished_at = now(), finished_state = CASE WHEN d.cancel_requested THEN 2 ELSE 1 END
              FROM d
-            WHERE k.idem_key IN (SELECT x.idem_key FROM ax.idem_keys x
-                                  WHERE x.idem_key IN (SELECT idem_key FROM d
-                                                        WHERE idem_key IS NOT NULL)
-                                  ORDER BY x.idem_key FOR UPDATE)
+            WHERE k.idem_key = ANY (ARRAY(SELECT x.idem_key FROM ax.idem_keys x
+                                           WHERE x.idem_key = ANY (ARRAY(
+                                                 SELECT idem_key FROM d
+                                                  WHERE idem_key IS NOT NULL))
+                                           ORDER BY x.idem_key FOR UPDATE))
               AND k.idem_key = d.idem_key AND k.task_id = d.id)
 INSERT INTO ax.history (id, kind, priority, state, attempts, node_id, enqueued_at, idem_key, slot)
 SELECT id, kind, priority, CASE WHEN cancel_requested THEN 2 ELSE 1 END, attempts, $1,
@@ -147,16 +152,18 @@ SELECT id, kind, priority, CASE WHEN cancel_requested THEN 2 ELSE 1 END, attempt
 /// nothing for the feature.
 inline constexpr const char* ack_result_sql = R"SQL(
 WITH u AS (SELECT * FROM unnest($2::int8[], $3::bytea[]) AS u(id, result)),
-     d AS (DELETE FROM ax.tasks t USING u WHERE t.id = u.id AND t.node_id = $1
+     d AS (DELETE FROM ax.tasks t USING u
+            WHERE t.id = ANY ($2::int8[]) AND t.id = u.id AND t.node_id = $1
            RETURNING t.id, t.kind, t.priority, t.attempts, t.enqueued_at, t.idem_key,
                      t.cancel_requested, u.result),
      k AS (UPDATE ax.idem_keys k
               SET finished_at = now(), finished_state = CASE WHEN d.cancel_requested THEN 2 ELSE 1 END
              FROM d
-            WHERE k.idem_key IN (SELECT x.idem_key FROM ax.idem_keys x
-                                  WHERE x.idem_key IN (SELECT idem_key FROM d
-                                                        WHERE idem_key IS NOT NULL)
-                                  ORDER BY x.idem_key FOR UPDATE)
+            WHERE k.idem_key = ANY (ARRAY(SELECT x.idem_key FROM ax.idem_keys x
+                                           WHERE x.idem_key = ANY (ARRAY(
+                                                 SELECT idem_key FROM d
+                                                  WHERE idem_key IS NOT NULL))
+                                           ORDER BY x.idem_key FOR UPDATE))
               AND k.idem_key = d.idem_key AND k.task_id = d.id)
 INSERT INTO ax.history (id, kind, priority, state, attempts, node_id, enqueued_at, idem_key, slot,
                         result)
