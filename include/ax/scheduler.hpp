@@ -318,7 +318,7 @@ class Scheduler {
         -> Expected<TaskHandle<typename detail::CallableTraits<std::decay_t<F>>::result>> {
         using R = typename detail::CallableTraits<std::decay_t<F>>::result;
         static_assert(!std::is_reference_v<R>, "ax: a task may not return a reference");
-        const detail::RoomWait w{true, deadline, std::move(stop)};
+        const detail::RoomWait w{true, deadline, std::move(stop), options.help_while_waiting};
         return core_->template submit<F, R>(std::forward<F>(f), options, &w);
     }
     /// submit_wait() without a deadline: waits until admitted, `stop` is requested, or shutdown.
@@ -327,7 +327,7 @@ class Scheduler {
         -> Expected<TaskHandle<typename detail::CallableTraits<std::decay_t<F>>::result>> {
         using R = typename detail::CallableTraits<std::decay_t<F>>::result;
         static_assert(!std::is_reference_v<R>, "ax: a task may not return a reference");
-        const detail::RoomWait w{false, {}, std::move(stop)};
+        const detail::RoomWait w{false, {}, std::move(stop), options.help_while_waiting};
         return core_->template submit<F, R>(std::forward<F>(f), options, &w);
     }
     /// post() that waits for room, as submit_wait() does.
@@ -335,14 +335,14 @@ class Scheduler {
     Expected<TaskId> post_wait(F&& f, const SubmitOptions& options,
                                std::chrono::steady_clock::time_point deadline,
                                std::stop_token stop = {}) {
-        const detail::RoomWait w{true, deadline, std::move(stop)};
+        const detail::RoomWait w{true, deadline, std::move(stop), options.help_while_waiting};
         return core_->post(std::forward<F>(f), options, &w);
     }
     /// post_wait() without a deadline.
     template <class F>
     Expected<TaskId> post_wait(F&& f, const SubmitOptions& options = {},
                                std::stop_token stop = {}) {
-        const detail::RoomWait w{false, {}, std::move(stop)};
+        const detail::RoomWait w{false, {}, std::move(stop), options.help_while_waiting};
         return core_->post(std::forward<F>(f), options, &w);
     }
 
