@@ -164,14 +164,16 @@ void SchedulerCore<Clock, Controller>::cancel_all() {
         cancel_pinned(slab_->at(j), j);
     // seq_cst, after start_discarding(): pairs with Attempt::publish (see
     // Lifecycle::discarding_ordered) so a task just started is either seen here or cancels itself.
-    pool_.for_each([&](Worker& w) {
+    const auto stop_running = [&](Worker& w) {
         const auto c = w.current.load(std::memory_order_seq_cst);
         if (c == no_attempt)
             return;
         const auto i = static_cast<std::uint32_t>(c);
         TaskRecord& r = slab_->at(i);
         cancel(TaskId::make(i, r.generation.load(std::memory_order_relaxed)));
-    });
+    };
+    pool_.for_each(stop_running);
+    pool_.for_each_guest(stop_running); // tasks producers run while they wait for room
 }
 
 template <SchedulerClock Clock, ControllerPolicy Controller>
