@@ -134,8 +134,9 @@ struct SubmitOptions {
     /// scheduler with another clock (ManualClock) it is taken as a delay from now.
     std::chrono::steady_clock::time_point run_at{};
     /// submit_wait() / post_wait() only: while the queue has no room, the calling thread runs
-    /// queued tasks itself (caller-runs: the task the next worker would have taken, in ring
-    /// order, one at a time, trying to admit again after each) instead of parking until the
+    /// queued tasks itself (caller-runs: the tasks the next worker would have taken, in ring
+    /// order, one dispatch's worth at a time, trying to admit again after each) instead of
+    /// parking until the
     /// workers drain. Default false. On a machine with fewer cores than threads a parked
     /// producer costs two context switches per wait (docs/isolation.md); helping costs none and
     /// turns the wait into work. The trade-off: other submitters' tasks run on this thread, so
