@@ -366,3 +366,48 @@ TEST_CASE("A task may post_wait helping into its own scheduler's full queue, and
     // This thread is no worker of the scheduler after helping: its shutdown joins the pool.
     CHECK(sched.shutdown(ax::ShutdownMode::drain, 20s));
 }
+
+TEST_CASE("Helping producers racing workers through a tiny queue: every task ends exactly once",
+          "[caller_runs]") {
+    ax::Config cfg;
+    cfg.min_workers = 2;
+    cfg.max_workers = 2;
+    cfg.queue_capacity = 16;
+    cfg.retry_base_delay = 1ms;
+    ax::Scheduler<> sched{cfg};
+    constexpr int producers = 3;
+    constexpr int per_producer = 1500;
+    std::vector<std::vector<ax::TaskHandle<int>>> handles(producers);
+    std::atomic<int> refused{0};
+    std::vector<std::thread> threads;
+    for (int p = 0; p < producers; ++p)
+        threads.emplace_back([&, p] {
+            for (int i = 0; i < per_producer; ++i) {
+                ax::SubmitOptions o = helping(i % 7 == 0   ? ax::Priority::high
+                                              : i % 3 == 0 ? ax::Priority::low
+                                                           : ax::Priority::normal);
+                o.max_retries = 1;
+                // Every tenth task throws on its first attempt (a retry follows), every
+                // thirteenth on both (dead-lettered).
+                auto h = sched.submit_wait(
+                    [i](ax::TaskContext& ctx) -> int {
+                        if (i % 13 == 0 || (i % 10 == 0 && ctx.attempt() == 1))
+                            throw std::runtime_error("boom");
+                        return i;
+                    },
+                    o, std::chrono::steady_clock::now() + 20s);
+                if (h)
+                    handles[static_cast<std::size_t>(p)].push_back(std::move(*h));
+                else
+                    ++refused;
+            }
+        });
+    for (auto& t : threads)
+        t.join();
+    CHECK(refused.load() == 0);
+    std::vector<ax::TaskHandle<int>> all;
+    for (auto& v : handles)
+        for (auto& h : v)
+            all.push_back(std::move(h));
+    ax_test::check_every_task_ended_once(sched, all, 20s);
+}
