@@ -70,8 +70,8 @@ template <class Sched> void hold_worker(Sched& sched, ax_test::Gate& gate) {
 /// to capacity), each recording itself.
 template <class Sched> void queue_mixed(Sched& sched, Ran& ran) {
     const std::pair<const char*, ax::Priority> tasks[] = {
-        {"L1", ax::Priority::low},    {"L2", ax::Priority::low},   {"N1", ax::Priority::normal},
-        {"N2", ax::Priority::normal}, {"H1", ax::Priority::high},  {"H2", ax::Priority::high},
+        {"L1", ax::Priority::low},    {"L2", ax::Priority::low},  {"N1", ax::Priority::normal},
+        {"N2", ax::Priority::normal}, {"H1", ax::Priority::high}, {"H2", ax::Priority::high},
         {"H3", ax::Priority::high},   {"H4", ax::Priority::high}};
     for (const auto& [name, p] : tasks) {
         const std::string n = name;
@@ -124,8 +124,8 @@ TEST_CASE("Helping post_wait runs the tasks the worker would have taken, in ring
     REQUIRE(eventually([&] { return ran.names_now().size() == 9; }));
     names = ran.names_now();
     std::sort(names.begin(), names.end());
-    CHECK(names == std::vector<std::string>{"H1", "H2", "H3", "H4", "L1", "L2", "N1", "N2",
-                                            "mine"});
+    CHECK(names ==
+          std::vector<std::string>{"H1", "H2", "H3", "H4", "L1", "L2", "N1", "N2", "mine"});
     // Counted like a worker's: every task succeeded once (the gate task, eight, and "mine").
     REQUIRE(eventually([&] { return sched.metrics().totals.succeeded == 10; }));
     const auto m = sched.metrics();
@@ -156,8 +156,8 @@ TEST_CASE("A task the producer runs keeps its exception, retries and dead-letter
     }
     // The throws stay in the tasks: post_wait returns normally.
     std::optional<ax::Expected<ax::TaskHandle<int>>> mine;
-    REQUIRE_NOTHROW(mine.emplace(sched.submit_wait([] { return 7; }, helping(),
-                                                   std::chrono::steady_clock::now() + 20s)));
+    REQUIRE_NOTHROW(mine.emplace(
+        sched.submit_wait([] { return 7; }, helping(), std::chrono::steady_clock::now() + 20s)));
     REQUIRE(mine->has_value());
     CHECK(attempts.load() >= 3);
     gate.open();
@@ -208,9 +208,8 @@ TEST_CASE("The watchdog times out a task the producer runs; cancel reaches one t
             return;
         // Listed as running while the producer runs it.
         const auto running = sched.list_tasks(ax::TaskState::running, 10);
-        listed = std::count_if(running.begin(), running.end(), [&](const ax::TaskSummary& t) {
-            return t.id == cancellable->id();
-        });
+        listed = std::count_if(running.begin(), running.end(),
+                               [&](const ax::TaskSummary& t) { return t.id == cancellable->id(); });
         cancelled = sched.cancel(cancellable->id());
     });
     const auto got = sched.post_wait([] {}, helping(), std::chrono::steady_clock::now() + 20s);
