@@ -56,7 +56,10 @@ concept PoolHost = std::default_initializable<typename H::WorkerLocal> &&
 /// Idle workers spin briefly (one at a time) and then park; both go through the Notifier the
 /// pool is given (detail/notifier.hpp), which producers use to wake them without naming the pool.
 ///
-/// Lock it owns: `mutex_` (the pool mutex) guards `workers_`, `orphans_` and the retired
+/// Producers waiting for room may run queued tasks in guest slots (lend_guest): Workers without
+/// a thread of the pool's own, which the watchdog, cancel and the counters see like workers.
+///
+/// Lock it owns: `mutex_` (the pool mutex) guards `workers_`, `orphans_`, `guests_` and the retired
 /// counters and histograms. Taken by the tick (grow, reap, the watchdog's scan through for_each),
 /// metrics() and shutdown. Functions that run a caller's callback under it (for_each) say so; the
 /// callback must take no other lock but a record's extras flag.

@@ -116,7 +116,7 @@ bool SchedulerCore<Clock, Controller>::wait_for_room(const RoomWait& w) {
             return false;
         limit = std::min<std::chrono::nanoseconds>(limit, w.deadline - now);
     }
-    // Caller-runs: one queued task run here makes room by one, and costs no switch.
+    // Caller-runs (opt-in): queued tasks run here make room as a worker would, with no switch.
     if (w.help && help_producer(w))
         return true;
     // Before the kernel: a few yields, each giving this core to a worker that drains (on a

@@ -193,12 +193,11 @@ bool SchedulerCore<Clock, Controller>::help_producer(const RoomWait& w) {
     g->local.last_end_ns = 0; // the last lend's end is no start for this one
     bool ran = false;
     // run_one() sets the slot busy before its dispatch: the drain check counts the attempt
-    // once the queue's length no longer does.
-    // One dispatch's worth: the tasks a worker's run_one() reserves at once (one, or a share
-    // of long lanes of tiny tasks), then back to admission. Helping on down to the room mark,
-    // dispatch after dispatch, measured slower (0.66 - 0.74 x parking against 0.83 - 1.11 x
-    // for one dispatch, docs/isolation.md): the producer left the queue to the workers'
-    // contention for longer and pushed nothing meanwhile.
+    // once the queue's length no longer does. One dispatch's worth: the tasks a worker's run_one()
+    // reserves at once (one, or a share of long lanes of tiny tasks), then back to admission.
+    // Helping on down to the room mark, dispatch after dispatch, measured slower (0.66 - 0.74 x
+    // parking against 0.83 - 1.11 x for one dispatch, docs/isolation.md): the producer left the
+    // queue to the workers' contention for longer and pushed nothing meanwhile.
     while (run_one(*g)) {
         ran = true;
         if (!g->local.res.holds() || queue_.length() <= queue_.room_mark() ||
