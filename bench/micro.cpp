@@ -359,12 +359,15 @@ Sample e2e_coro(const Options& o, CoroShape shape) {
 
 /// The default Config with post_wait: a refused producer parks until the workers drain the
 /// queue to half its soft limit (issue 31), instead of sleeping retry_after.
-Sample e2e_ax_post_wait(const Options& o, int producers) {
+/// `help`: SubmitOptions::help_while_waiting, the producer runs queued tasks while it waits.
+Sample e2e_ax_post_wait(const Options& o, int producers, bool help = false) {
     ax::Scheduler<> sched;
     std::atomic<std::uint64_t> refused{0};
+    ax::SubmitOptions opts;
+    opts.help_while_waiting = help;
     auto s = e2e(o.tasks, producers, [&](Countdown& c, std::uint64_t n, int) {
         for (std::uint64_t i = 0; i < n; ++i)
-            if (!sched.post_wait([&c] { c.hit(); }))
+            if (!sched.post_wait([&c] { c.hit(); }, opts))
                 std::abort();
     });
     s.refused = refused.load();
@@ -932,6 +935,12 @@ int run_table(int argc, char** argv) {
                          true,
                          Kind::throughput,
                          [&o, producers] { return e2e_ax_post_wait(o, producers); },
+                         {}});
+        cases.push_back({m,
+                         "ax default Config, post_wait helping",
+                         true,
+                         Kind::throughput,
+                         [&o, producers] { return e2e_ax_post_wait(o, producers, true); },
                          {}});
         cases.push_back({m,
                          "ax fixed pool, post_many x256",

@@ -164,14 +164,16 @@ void SchedulerCore<Clock, Controller>::cancel_all() {
         cancel_pinned(slab_->at(j), j);
     // seq_cst, after start_discarding(): pairs with Attempt::publish (see
     // Lifecycle::discarding_ordered) so a task just started is either seen here or cancels itself.
-    pool_.for_each([&](Worker& w) {
+    const auto stop_running = [&](Worker& w) {
         const auto c = w.current.load(std::memory_order_seq_cst);
         if (c == no_attempt)
             return;
         const auto i = static_cast<std::uint32_t>(c);
         TaskRecord& r = slab_->at(i);
         cancel(TaskId::make(i, r.generation.load(std::memory_order_relaxed)));
-    });
+    };
+    pool_.for_each(stop_running);
+    pool_.for_each_guest(stop_running); // tasks producers run while they wait for room
 }
 
 template <SchedulerClock Clock, ControllerPolicy Controller>
@@ -318,7 +320,7 @@ class Scheduler {
         -> Expected<TaskHandle<typename detail::CallableTraits<std::decay_t<F>>::result>> {
         using R = typename detail::CallableTraits<std::decay_t<F>>::result;
         static_assert(!std::is_reference_v<R>, "ax: a task may not return a reference");
-        const detail::RoomWait w{true, deadline, std::move(stop)};
+        const detail::RoomWait w{true, deadline, std::move(stop), options.help_while_waiting};
         return core_->template submit<F, R>(std::forward<F>(f), options, &w);
     }
     /// submit_wait() without a deadline: waits until admitted, `stop` is requested, or shutdown.
@@ -327,7 +329,7 @@ class Scheduler {
         -> Expected<TaskHandle<typename detail::CallableTraits<std::decay_t<F>>::result>> {
         using R = typename detail::CallableTraits<std::decay_t<F>>::result;
         static_assert(!std::is_reference_v<R>, "ax: a task may not return a reference");
-        const detail::RoomWait w{false, {}, std::move(stop)};
+        const detail::RoomWait w{false, {}, std::move(stop), options.help_while_waiting};
         return core_->template submit<F, R>(std::forward<F>(f), options, &w);
     }
     /// post() that waits for room, as submit_wait() does.
@@ -335,14 +337,14 @@ class Scheduler {
     Expected<TaskId> post_wait(F&& f, const SubmitOptions& options,
                                std::chrono::steady_clock::time_point deadline,
                                std::stop_token stop = {}) {
-        const detail::RoomWait w{true, deadline, std::move(stop)};
+        const detail::RoomWait w{true, deadline, std::move(stop), options.help_while_waiting};
         return core_->post(std::forward<F>(f), options, &w);
     }
     /// post_wait() without a deadline.
     template <class F>
     Expected<TaskId> post_wait(F&& f, const SubmitOptions& options = {},
                                std::stop_token stop = {}) {
-        const detail::RoomWait w{false, {}, std::move(stop)};
+        const detail::RoomWait w{false, {}, std::move(stop), options.help_while_waiting};
         return core_->post(std::forward<F>(f), options, &w);
     }
 

@@ -133,6 +133,19 @@ struct SubmitOptions {
     /// not set); a time past is "now". With delay too, the later of the two wins. On a
     /// scheduler with another clock (ManualClock) it is taken as a delay from now.
     std::chrono::steady_clock::time_point run_at{};
+    /// submit_wait() / post_wait() only: while the queue has no room, the calling thread runs
+    /// queued tasks itself (caller-runs: the tasks the next worker would have taken, in ring
+    /// order, one dispatch's worth at a time, trying to admit again after each) instead of
+    /// parking until the workers drain. Default false. On a machine with fewer cores than threads a
+    /// parked producer costs two context switches per wait (docs/isolation.md); helping costs none
+    /// and turns the wait into work. The trade-off: other submitters' tasks run on this thread, so
+    /// they see its thread-local state and stack, may deadlock on a lock it holds, delay it by
+    /// their length (a long task overshoots the wait's deadline; the stop token is looked at
+    /// between tasks only), and a body that ignores its timeout holds it (the watchdog times it
+    /// out and takes it over as on a worker, but cannot replace the thread). Each task still
+    /// runs as on a worker: timeout, heartbeat, retry, cancel, hooks, one terminal state, its
+    /// exception caught. Ignored by submit() and post().
+    bool help_while_waiting = false;
 };
 
 /// What query() reports about one task.

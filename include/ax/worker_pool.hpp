@@ -9,6 +9,7 @@
 #include "metrics.hpp"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <concepts>
@@ -55,7 +56,10 @@ concept PoolHost = std::default_initializable<typename H::WorkerLocal> &&
 /// Idle workers spin briefly (one at a time) and then park; both go through the Notifier the
 /// pool is given (detail/notifier.hpp), which producers use to wake them without naming the pool.
 ///
-/// Lock it owns: `mutex_` (the pool mutex) guards `workers_`, `orphans_` and the retired
+/// Producers waiting for room may run queued tasks in guest slots (lend_guest): Workers without
+/// a thread of the pool's own, which the watchdog, cancel and the counters see like workers.
+///
+/// Lock it owns: `mutex_` (the pool mutex) guards `workers_`, `orphans_`, `guests_` and the retired
 /// counters and histograms. Taken by the tick (grow, reap, the watchdog's scan through for_each),
 /// metrics() and shutdown. Functions that run a caller's callback under it (for_each) say so; the
 /// callback must take no other lock but a record's extras flag.
@@ -82,7 +86,13 @@ template <class Host> class WorkerPool {
         std::jthread thread;
         /// Host-specific per-worker state (e.g. its batch of finished slots).
         typename Host::WorkerLocal local;
+        /// A guest slot (lend_guest): no thread of the pool's own; a producer's thread runs a
+        /// queued task in it while it waits for room. Never orphaned, never counted in live().
+        bool guest = false;
     };
+
+    /// Guest slots at most: producers helping at once beyond this park instead.
+    static constexpr std::size_t max_guests = 8;
 
     WorkerPool(Host& host, Notifier& notifier, std::uint32_t min_workers, std::uint32_t max_workers,
                std::uint32_t max_orphans = 0)
@@ -273,6 +283,9 @@ template <class Host> class WorkerPool {
                 continue;
             ++n;
         }
+        // A producer running a queued task in a guest slot owes it its ending too.
+        for (const auto& g : guests_)
+            n += g != nullptr && g->counters.busy.load(std::memory_order_seq_cst) ? 1 : 0;
         return n;
     }
 
@@ -283,17 +296,73 @@ template <class Host> class WorkerPool {
             f(*w);
     }
 
+    /// Lends a guest slot to the calling thread (a producer about to run a queued task while
+    /// it waits for room), or null when all max_guests are lent. Lock-free once the slot
+    /// exists; the first lend of each slot creates it under the pool lock, so a scheduler
+    /// whose producers never help allocates none. Given back with return_guest().
+    Worker* lend_guest() {
+        for (std::size_t k = 0; k < max_guests; ++k) {
+            if (guest_lent_[k].load(std::memory_order_relaxed) ||
+                guest_lent_[k].exchange(true, std::memory_order_acquire))
+                continue;
+            Worker* g = guest_ptr_[k].load(std::memory_order_acquire);
+            if (g == nullptr) {
+                std::lock_guard lock(mutex_);
+                guests_[k] = std::make_unique<Worker>();
+                g = guests_[k].get();
+                g->guest = true;
+                g->local.counters = &g->counters;
+                guest_ptr_[k].store(g, std::memory_order_release);
+            }
+            return g;
+        }
+        return nullptr;
+    }
+    /// Gives back a slot lend_guest() lent.
+    void return_guest(Worker* g) noexcept {
+        for (std::size_t k = 0; k < max_guests; ++k)
+            if (guest_ptr_[k].load(std::memory_order_relaxed) == g) {
+                guest_lent_[k].store(false, std::memory_order_release);
+                return;
+            }
+    }
+    /// Calls f(Worker&) for each guest slot not lent now, holding it meanwhile (not under the
+    /// pool lock: f may take others).
+    template <class F> void for_each_idle_guest(F&& f) {
+        for (std::size_t k = 0; k < max_guests; ++k) {
+            Worker* g = guest_ptr_[k].load(std::memory_order_acquire);
+            if (g == nullptr || guest_lent_[k].exchange(true, std::memory_order_acquire))
+                continue;
+            f(*g);
+            guest_lent_[k].store(false, std::memory_order_release);
+        }
+    }
+    /// Calls f(Worker&) for each guest slot ever lent, under the pool lock (the watchdog: an
+    /// attempt a producer runs has a timeout like any other).
+    template <class F> void for_each_guest(F&& f) {
+        std::lock_guard lock(mutex_);
+        for (auto& g : guests_)
+            if (g != nullptr)
+                f(*g);
+    }
+
     /// Summed per-worker counters (live and retired workers).
     void sum_counters(std::uint64_t& succeeded, std::uint64_t& failed, std::int64_t& busy_ns) {
         std::lock_guard lock(mutex_);
         succeeded = retired_succeeded_;
         failed = retired_failed_;
         busy_ns = retired_busy_ns_;
-        for (const auto& w : workers_) {
+        const auto add = [&](const std::unique_ptr<Worker>& w) {
+            if (w == nullptr)
+                return;
             succeeded += w->counters.attempts_succeeded.load(std::memory_order_relaxed);
             failed += w->counters.attempts_failed.load(std::memory_order_relaxed);
             busy_ns += w->counters.busy_ns.load(std::memory_order_relaxed);
-        }
+        };
+        for (const auto& w : workers_)
+            add(w);
+        for (const auto& g : guests_)
+            add(g);
     }
 
     /// Tasks ended succeeded by workers, live and retired (their share of the total).
@@ -304,6 +373,9 @@ template <class Host> class WorkerPool {
             n += w->counters.tasks_succeeded.load(std::memory_order_relaxed);
         for (const auto& w : orphans_)
             n += w->counters.tasks_succeeded.load(std::memory_order_relaxed);
+        for (const auto& g : guests_)
+            if (g != nullptr)
+                n += g->counters.tasks_succeeded.load(std::memory_order_relaxed);
         return n;
     }
 
@@ -317,6 +389,11 @@ template <class Host> class WorkerPool {
             w->counters.queue_wait.add_to(queue_wait);
             w->counters.run_time.add_to(run_time);
         }
+        for (const auto& g : guests_)
+            if (g != nullptr) {
+                g->counters.queue_wait.add_to(queue_wait);
+                g->counters.run_time.add_to(run_time);
+            }
     }
 
     [[nodiscard]] WorkerStats stats() {
@@ -493,6 +570,11 @@ template <class Host> class WorkerPool {
     std::mutex mutex_;
     std::vector<std::unique_ptr<Worker>> workers_;
     std::vector<std::unique_ptr<Worker>> orphans_; // detached by abandon_busy
+    /// Guest slots (lend_guest): created under mutex_, never freed before the pool; a slot's
+    /// pointer is published in guest_ptr_ and its lending flag is guest_lent_.
+    std::array<std::unique_ptr<Worker>, max_guests> guests_{};
+    std::array<std::atomic<Worker*>, max_guests> guest_ptr_{};
+    std::array<std::atomic<bool>, max_guests> guest_lent_{};
     std::weak_ptr<void> keepalive_;
     std::uint64_t retired_succeeded_ = 0;
     std::uint64_t retired_failed_ = 0;

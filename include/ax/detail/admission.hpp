@@ -116,6 +116,9 @@ bool SchedulerCore<Clock, Controller>::wait_for_room(const RoomWait& w) {
             return false;
         limit = std::min<std::chrono::nanoseconds>(limit, w.deadline - now);
     }
+    // Caller-runs (opt-in): queued tasks run here make room as a worker would, with no switch.
+    if (w.help && help_producer(w))
+        return true;
     // Before the kernel: a few yields, each giving this core to a worker that drains (on a
     // machine with fewer cores than threads the producer's core is theirs to take). A queue of
     // microsecond tasks is back at its room mark within them, without a futex round trip.

@@ -56,6 +56,8 @@ struct RoomWait {
     bool bounded = false;
     std::chrono::steady_clock::time_point deadline{};
     std::stop_token stop{};
+    /// Run queued tasks on the waiting thread instead of parking (help_while_waiting).
+    bool help = false;
 };
 
 /// The scheduler's composition root: it owns one of each component, wires them, and carries the
@@ -244,6 +246,8 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
     // runner.hpp
     static std::int64_t end_of_attempt(WorkerLocal& local) noexcept;
     bool help_one(Worker& w);
+    bool help_producer(const RoomWait& w);
+    void flush_guests();
     bool try_start(std::uint32_t i, WorkerLocal& local);
     void execute(std::uint32_t index, Worker& w, std::int64_t start);
     static std::uint32_t await_timeout_hook(TaskRecord& r);

@@ -103,14 +103,17 @@ std::vector<TaskSummary> SchedulerCore<Clock, Controller>::list_tasks(TaskState 
     case TaskState::queued:
         dispatcher_.scan(take);
         break;
-    case TaskState::running:
-        pool_.for_each([&](Worker& w) {
+    case TaskState::running: {
+        const auto running = [&](Worker& w) {
             const auto c = w.current.load(std::memory_order_acquire);
             if (c != no_attempt && ids.size() < cap)
                 if (in_state(static_cast<std::uint32_t>(c)))
                     ids.push_back(id_of(static_cast<std::uint32_t>(c)));
-        });
+        };
+        pool_.for_each(running);
+        pool_.for_each_guest(running); // tasks producers run while they wait for room
         break;
+    }
     case TaskState::waiting_retry:
     case TaskState::scheduled:
         // A cancelled entry stays in the heap as a tombstone, and its slot may be waiting for

@@ -59,6 +59,7 @@ void SchedulerCore<Clock, Controller>::tick() {
     if (pool_.target() == 0 && (qlen > 0 || has_work()))
         pool_.set_target(1);
     pool_.reap();
+    flush_guests();
     // Also while draining: queued work still needs its workers.
     // A forecast pre-scales: its workers start before the burst's work is queued.
     pool_.grow(
@@ -203,6 +204,7 @@ void SchedulerCore<Clock, Controller>::stop_threads() {
     if (stop_ticker()) {
         lifecycle_.mark_threads_stopped();
         pool_.stop_and_join();
+        flush_guests();
     }
 }
 

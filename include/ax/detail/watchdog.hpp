@@ -52,7 +52,7 @@ void SchedulerCore<Clock, Controller>::watchdog(std::int64_t now) {
     // Under the pool lock only collect running attempts; act on them pinned and unlocked,
     // so hooks may call back into the scheduler and never see a recycled record.
     overdue_.clear();
-    pool_.for_each([&](Worker& w) {
+    const auto collect = [&](Worker& w) {
         const auto c = w.current.load(std::memory_order_acquire);
         if (c == no_attempt)
             return;
@@ -61,7 +61,9 @@ void SchedulerCore<Clock, Controller>::watchdog(std::int64_t now) {
         TaskRecord& r = slab_->at(i);
         overdue_.push_back(
             Overdue{TaskId::make(i, r.generation.load(std::memory_order_acquire)), &w, c});
-    });
+    };
+    pool_.for_each(collect);
+    pool_.for_each_guest(collect); // attempts producers run while they wait for room
     const std::int64_t grace =
         std::chrono::duration_cast<std::chrono::nanoseconds>(cfg_.timeout_grace).count();
     for (const Overdue& o : overdue_) {
@@ -112,7 +114,9 @@ void SchedulerCore<Clock, Controller>::orphan(TaskRecord& r, const Overdue& o, s
     if (cfg_.max_orphans == 0)
         return;
     Worker& w = *o.worker;
-    if (!w.orphaned.load(std::memory_order_acquire) && !pool_.try_orphan(w)) {
+    // A guest slot's thread is a producer's, not the pool's: nothing to set aside or
+    // replace; the takeover below still frees the task from it.
+    if (!w.guest && !w.orphaned.load(std::memory_order_acquire) && !pool_.try_orphan(w)) {
         if (w.refused_token != o.token) {
             w.refused_token = o.token;
             totals_.orphans_refused.fetch_add(1, std::memory_order_relaxed);
