@@ -150,14 +150,21 @@ SubmitError SchedulerCore<Clock, Controller>::refusal(Errc code, std::string why
 }
 
 /// A backpressure refusal (busy, queue_full). Its onset wakes the tick for a controller round
-/// at once (TickWaker); the seed's rule keeps its tick-paced steps.
+/// at once (TickWaker); the seed's rule keeps its tick-paced steps. Its retry_after: the time
+/// to free the slot, at least Tuning::retry_after_floor while that leaves the room mark's work
+/// queued (backpressure_hint).
 template <SchedulerClock Clock, ControllerPolicy Controller>
 SubmitError SchedulerCore<Clock, Controller>::backpressure_error(Errc code, std::uint32_t len) {
     if constexpr (controller_fast_rounds<Controller>())
         tick_waker_.poke();
     const std::uint32_t limit = code == Errc::queue_full ? queue_.capacity() : queue_.soft_limit();
-    return SubmitError{
-        code, len, queue_.capacity(), retry_after(backpressure_excess(len, limit)), {}};
+    const std::uint32_t room = queue_.room_mark();
+    return SubmitError{code,
+                       len,
+                       queue_.capacity(),
+                       backpressure_hint(retry_after(backpressure_excess(len, limit)),
+                                         retry_after(len > room ? len - room : 1)),
+                       {}};
 }
 
 /// Errc::breaker_open while group `g`'s breaker is open (retry_after: the rest of its
