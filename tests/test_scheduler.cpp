@@ -241,13 +241,19 @@ TEST_CASE("retry_after on a fast-draining queue is at least the floor: a run of 
           "[scheduler]") {
     // Issue 33, family gen-10: 4,000 tasks of 0.13 ms, a producer obeying a one-slot hint
     // (~65 us) woke once per task and took a core from a worker each time. A measured drain of
-    // thousands of tasks per second must give a hint of at least Tuning::retry_after_floor
-    // while the queue holds that much work above its room mark (the floor is well under the
-    // ~60 tasks above it at any rate the window can read here: 3,000 tasks / >= 0.1 s).
+    // a thousand and more tasks per second must give a hint of at least
+    // Tuning::retry_after_floor while the queue holds that much work above its room mark: 60
+    // tasks of 200 us are 12 ms, and no rate the scheduler can read here is over 10,000 tasks/s
+    // (1,000 tasks over at least 0.1 s; one worker over 200 us each).
     ax::Scheduler sched{one_worker(150)};
+    auto spin = [] {
+        const auto until = std::chrono::steady_clock::now() + 200us;
+        while (std::chrono::steady_clock::now() < until) {
+        }
+    };
     std::optional<ax::TaskHandle<void>> last;
-    for (int i = 0; i < 3000; ++i) {
-        auto h = sched.submit_wait([] {});
+    for (int i = 0; i < 1000; ++i) {
+        auto h = sched.submit_wait(spin);
         REQUIRE(h);
         last = std::move(*h);
     }

@@ -77,13 +77,12 @@ inline std::chrono::microseconds retry_after_hint(std::uint32_t excess, double d
     return std::clamp(hint, std::chrono::microseconds(1), Tuning::retry_after_max);
 }
 
-/// The retry_after of a backpressure refusal from two drain times at the same rate: `one_slot`
-/// (retry_after_hint of the tasks that must drain before the refused submit fits) and
-/// `to_room` (of the tasks above the queue's room mark). The one-slot hint, raised to
-/// Tuning::retry_after_floor but never past `to_room`: a producer obeying it comes back to room
-/// for a run of submits instead of one, and the queue keeps at least its room mark's work while
-/// it sleeps (the drain rate may read low, early in a run, by up to the 0.1 s it is divided by;
-/// `to_room` caps the damage at what a one-slot hint of the same rate would allow). Pure.
+/// The retry_after of a backpressure refusal from two drain times: `one_slot` (retry_after_hint
+/// of the tasks that must drain before the refused submit fits) and `to_room` (of the tasks
+/// above the queue's room mark, at the fastest rate known: the caller's to give). The one-slot
+/// hint, raised to Tuning::retry_after_floor but never past `to_room`: a producer obeying it
+/// comes back to room for a run of submits instead of one, while the queue still holds the
+/// room mark's work. Never shorter than the one-slot hint. Pure.
 inline std::chrono::microseconds backpressure_hint(std::chrono::microseconds one_slot,
                                                    std::chrono::microseconds to_room) noexcept {
     return std::max(one_slot, std::min(Tuning::retry_after_floor, to_room));
