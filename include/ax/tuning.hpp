@@ -168,8 +168,9 @@ struct Tuning {
     /// slot where that is longer, and never covers more than the drain to the room mark). A
     /// producer obeying a one-slot hint on a queue that drains a task every few tens of
     /// microseconds wakes once per task, and on a small machine each wake takes a core from a
-    /// worker: 4,000 tasks of 0.13 ms on 2 cores (family gen-10) ran 1.11 x the best fixed pool
-    /// with ~1,400 producer wakes, 1.00 x with a producer that waited for the room mark.
+    /// worker: 4,000 tasks of 0.13 ms on 2 cores (family gen-10) ran 1.11 x fixed4 with ~1,400
+    /// producer wakes, 1.00 x with a producer that waited for the room mark; with this floor
+    /// ~400 wakes, 1.02 - 1.04 x (medians on a loaded VM, noisy; docs/bench/family.md).
     /// Longer: fewer wakes, a queue that swings further below its limit; 0 gives the one-slot
     /// hint. Kept well under a tick (dispatch_interval, 10 ms) so that a held-back producer is
     /// still refused once per tick and the controller still reads the queue as saturated.
