@@ -733,13 +733,47 @@ std::optional<Strategy> parse_strategy(const std::string& name) {
 
 constexpr auto submit_deadline = std::chrono::seconds(60);
 
+/// AX_BENCH_THREADS=<file>: appends one line per thread of this process (tid, run and
+/// runqueue-wait ns and timeslices from /proc's schedstat, voluntary and involuntary context
+/// switches) at the end of a run, before the pool is shut down (for diagnosing where a run's
+/// CPU and waits went on the real machine; off by default).
+void dump_threads() {
+    const char* path = std::getenv("AX_BENCH_THREADS");
+    if (path == nullptr || *path == '\0')
+        return;
+    std::ofstream out(path, std::ios::app);
+    out << "# pid " << ::getpid() << "\n";
+    for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
+        std::ifstream ss(e.path() / "schedstat");
+        std::string run, wait, slices;
+        ss >> run >> wait >> slices;
+        std::ifstream st(e.path() / "status");
+        std::string line, vol = "?", invol = "?";
+        while (std::getline(st, line)) {
+            if (line.rfind("voluntary_ctxt_switches:", 0) == 0)
+                vol = line.substr(line.find(':') + 1);
+            else if (line.rfind("nonvoluntary_ctxt_switches:", 0) == 0)
+                invol = line.substr(line.find(':') + 1);
+        }
+        out << e.path().filename().string() << " run_ns " << run << " wait_ns " << wait
+            << " slices " << slices << " vol" << vol << " invol" << invol << "\n";
+    }
+}
+
 /// One ax run with controller policy `Controller` and `cfg`. When submit is refused (queue_full,
 /// busy) the producer sleeps error.retry_after, as the API asks, and resubmits the same task.
 template <class Controller> void run_ax(Shared& sh, Result& r, const ax::Config& cfg) {
     ax::Scheduler<Clock, Controller> sched(cfg);
     std::uint64_t pushbacks = 0;
+    // AX_BENCH_PRODUCER=wait: the producer parks in submit_wait until there is room instead
+    // of sleeping retry_after after each refusal (diagnosis: the cost of the retry protocol).
+    const char* producer = std::getenv("AX_BENCH_PRODUCER");
+    const bool waiting = producer != nullptr && std::string_view(producer) == "wait";
     auto submit = [&](std::uint64_t i) {
         const auto first = Clock::now();
+        if (waiting)
+            return static_cast<bool>(
+                sched.submit_wait([&sh, i] { sh.run(i); }, ax::SubmitOptions{}));
         for (;;) {
             auto h = sched.submit([&sh, i] { sh.run(i); });
             if (h)
@@ -777,6 +811,7 @@ template <class Controller> void run_ax(Shared& sh, Result& r, const ax::Config&
         return Probe{m.workers.current, m.queue_length_total};
     };
     drive(sh, r, submit, probe);
+    dump_threads();
     if (trace != nullptr)
         std::fclose(trace);
     const auto m = sched.metrics();
@@ -811,6 +846,15 @@ Result run_strategy(const std::string& strategy, const Spec& spec) {
         ax::Config cfg; // the default Config: 4..200 workers, queue capacity 150
         if (st->queue_capacity)
             cfg.queue_capacity = *st->queue_capacity;
+        // AX_BENCH_WORKERS=<min>:<max>: the pool's bounds instead of the default Config's
+        // (diagnosis: ax with its pool pinned, to part the controller's cost from the pool's).
+        if (const char* w = std::getenv("AX_BENCH_WORKERS"); w != nullptr && *w != '\0') {
+            unsigned lo = 0, hi = 0;
+            if (std::sscanf(w, "%u:%u", &lo, &hi) == 2) {
+                cfg.min_workers = lo;
+                cfg.max_workers = hi;
+            }
+        }
         if (st->kind == Strategy::Kind::ax)
             run_ax<DefaultController>(sh, r, cfg);
         else if (st->kind == Strategy::Kind::ax_little)
@@ -827,6 +871,7 @@ Result run_strategy(const std::string& strategy, const Spec& spec) {
         };
         auto probe = [&] { return Probe{pool.threads(), pool.queue_length()}; };
         drive(sh, r, submit, probe);
+        dump_threads();
         r.peak_workers = pool.threads();
         r.threads_created = pool.threads();
         r.thread_s = static_cast<double>(pool.threads()) * r.total_s; // alive the whole run

@@ -1,7 +1,9 @@
 // Unit tests for the pure rules of admission (ax/detail/admission.hpp) and of retry_after
 // (ax/detail/telemetry.hpp): option validation messages and the back-off arithmetic.
+#include <algorithm>
 #include <ax/detail/admission.hpp>
 #include <ax/detail/telemetry.hpp>
+#include <ax/tuning.hpp>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdint>
@@ -53,6 +55,34 @@ TEST_CASE("backpressure_excess: tasks to drain before a submit fits", "[admissio
     CHECK(ax::detail::backpressure_excess(150, 150) == 1);
     CHECK(ax::detail::backpressure_excess(160, 150) == 11);
     CHECK(ax::detail::backpressure_excess(100, 150) == 1); // raced below the limit
+}
+
+TEST_CASE("backpressure_hint: one slot's drain, at least the floor, never past the room mark",
+          "[admission]") {
+    using ax::detail::backpressure_hint;
+    constexpr auto floor = ax::Tuning::retry_after_floor;
+    static_assert(floor >= 100us, "the cases below assume a floor of at least 100 us");
+    // A slow drain: the one-slot hint is longer than the floor and stands.
+    CHECK(backpressure_hint(floor * 5, floor * 300) == floor * 5);
+    // A fast drain (family gen-10: a task every ~65 us, 60 above the room mark): the floor,
+    // so that an obeying producer comes back to a run of free slots, not to one.
+    CHECK(backpressure_hint(65us, 3900us) == std::max<std::chrono::microseconds>(65us, floor));
+    CHECK(backpressure_hint(1us, floor * 2) == floor);
+    // Draining to the room mark is quicker than the floor: no longer than that, so the queue
+    // still holds the room mark's work when the producer is back.
+    CHECK(backpressure_hint(1us, floor / 4) == floor / 4);
+    // Never shorter than the one-slot hint (a stale rate may make to_room read shorter).
+    CHECK(backpressure_hint(floor * 2, floor / 2) == floor * 2);
+    // Through retry_after_hint at one rate, as admission computes it: 15,000 tasks/s, one
+    // slot to free, 60 tasks above the room mark.
+    const auto one = retry_after_hint(1, 15000.0, 0.0, 4, 10ms);
+    const auto room = retry_after_hint(60, 15000.0, 0.0, 4, 10ms);
+    CHECK(one == 66us);
+    CHECK(room == 4000us);
+    CHECK(backpressure_hint(one, room) == std::min(room, std::max(one, floor)));
+    // No rate yet: both fall back to the tick, and the hint is the tick as before.
+    CHECK(backpressure_hint(retry_after_hint(1, 0.0, 0.0, 4, 10ms),
+                            retry_after_hint(60, 0.0, 0.0, 4, 10ms)) == 10ms);
 }
 
 TEST_CASE("retry_after_hint divides the excess by the drain rate", "[admission]") {

@@ -81,10 +81,13 @@ struct SubmitError {
     /// The queue's capacity (Config::queue_capacity); for group_full the group's bound.
     std::uint32_t capacity = 0;
     /// How long to wait before submitting again, from the measured drain rate: the time the
-    /// workers need to free the slot this submit wanted (at least 1 us: when the queue drains
-    /// in microseconds the hint says so; a hint shorter than a sleep's granularity means "try
-    /// again now", or use submit_wait / post_wait, which park until there is room). For
-    /// breaker_open, the rest of the cool-down. Zero for errors retrying cannot fix.
+    /// workers need to free the slot this submit wanted; for queue_full and busy at least
+    /// Tuning::retry_after_floor (1 ms) while the queue holds that much work above its room
+    /// mark, so that a producer obeying it comes back to room for a run of submits rather than
+    /// one (at least 1 us: when the queue drains in microseconds the hint says so; a hint
+    /// shorter than a sleep's granularity means "try again now", or use submit_wait /
+    /// post_wait, which park until there is room). For breaker_open, the rest of the
+    /// cool-down. Zero for errors retrying cannot fix.
     std::chrono::microseconds retry_after{0};
     /// For invalid_options: which option and why. Empty otherwise.
     std::string detail;

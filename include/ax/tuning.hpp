@@ -163,6 +163,18 @@ struct Tuning {
     /// Longest retry_after a refusal suggests (default 60 s), whatever the drain rate says; a
     /// stalled pool must not tell producers to wait for hours.
     static constexpr std::chrono::microseconds retry_after_max{60'000'000};
+    /// Shortest retry_after a backpressure refusal suggests while the queue holds more than
+    /// that much work above its room mark (default 1 ms; the hint stays the time to free one
+    /// slot where that is longer, and never covers more than the drain to the room mark). A
+    /// producer obeying a one-slot hint on a queue that drains a task every few tens of
+    /// microseconds wakes once per task, and on a small machine each wake takes a core from a
+    /// worker: 4,000 tasks of 0.13 ms on 2 cores (family gen-10) ran 1.11 x fixed4 with ~1,400
+    /// producer wakes, 1.00 x with a producer that waited for the room mark; with this floor
+    /// ~400 wakes, 1.02 - 1.04 x (medians on a loaded VM, noisy; docs/bench/family.md).
+    /// Longer: fewer wakes, a queue that swings further below its limit; 0 gives the one-slot
+    /// hint. Kept well under a tick (dispatch_interval, 10 ms) so that a held-back producer is
+    /// still refused once per tick and the controller still reads the queue as saturated.
+    static constexpr std::chrono::microseconds retry_after_floor{1000};
 };
 
 static_assert(Tuning::small_buffer_size % 8 == 0 && Tuning::small_buffer_size >= 16,
@@ -189,5 +201,7 @@ static_assert((Tuning::idle_spin_yield_every & (Tuning::idle_spin_yield_every - 
 static_assert(Tuning::spin_lock_yield_every >= 1);
 static_assert(Tuning::cpu_smoothing >= 0.0 && Tuning::cpu_smoothing < 1.0);
 static_assert(Tuning::retry_after_max.count() >= 1);
+static_assert(Tuning::retry_after_floor.count() >= 0 &&
+              Tuning::retry_after_floor < Tuning::retry_after_max);
 
 } // namespace ax

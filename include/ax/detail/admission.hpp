@@ -153,14 +153,30 @@ SubmitError SchedulerCore<Clock, Controller>::refusal(Errc code, std::string why
 }
 
 /// A backpressure refusal (busy, queue_full). Its onset wakes the tick for a controller round
-/// at once (TickWaker); the seed's rule keeps its tick-paced steps.
+/// at once (TickWaker); the seed's rule keeps its tick-paced steps. Its retry_after: the time
+/// to free the slot, at least Tuning::retry_after_floor while that leaves the room mark's work
+/// queued (backpressure_hint).
 template <SchedulerClock Clock, ControllerPolicy Controller>
 SubmitError SchedulerCore<Clock, Controller>::backpressure_error(Errc code, std::uint32_t len) {
     if constexpr (controller_fast_rounds<Controller>())
         tick_waker_.poke();
     const std::uint32_t limit = code == Errc::queue_full ? queue_.capacity() : queue_.soft_limit();
-    return SubmitError{
-        code, len, queue_.capacity(), retry_after(backpressure_excess(len, limit)), {}};
+    const std::uint32_t room = queue_.room_mark();
+    // The drain to the room mark at the faster of the window's completion rate and the pool's
+    // own (live workers over the mean duration): the window divides by at least 0.1 s, so early
+    // in a run its rate reads low (10 x at the first tick), and a hint from it alone could
+    // outlast the queue's work.
+    const double avg_s = telemetry_.avg_duration_s();
+    const std::uint32_t live = pool_.live();
+    const double pool_rate = avg_s > 0.0 ? std::max<std::uint32_t>(live, 1) / avg_s : 0.0;
+    const auto to_room = retry_after_hint(
+        len > room ? len - room : 1, std::max(telemetry_.drain_rate(), pool_rate), avg_s, live,
+        std::chrono::duration_cast<std::chrono::microseconds>(cfg_.dispatch_interval));
+    return SubmitError{code,
+                       len,
+                       queue_.capacity(),
+                       backpressure_hint(retry_after(backpressure_excess(len, limit)), to_room),
+                       {}};
 }
 
 /// Errc::breaker_open while group `g`'s breaker is open (retry_after: the rest of its

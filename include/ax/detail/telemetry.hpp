@@ -77,6 +77,17 @@ inline std::chrono::microseconds retry_after_hint(std::uint32_t excess, double d
     return std::clamp(hint, std::chrono::microseconds(1), Tuning::retry_after_max);
 }
 
+/// The retry_after of a backpressure refusal from two drain times: `one_slot` (retry_after_hint
+/// of the tasks that must drain before the refused submit fits) and `to_room` (of the tasks
+/// above the queue's room mark, at the fastest rate known: the caller's to give). The one-slot
+/// hint, raised to Tuning::retry_after_floor but never past `to_room`: a producer obeying it
+/// comes back to room for a run of submits instead of one, while the queue still holds the
+/// room mark's work. Never shorter than the one-slot hint. Pure.
+inline std::chrono::microseconds backpressure_hint(std::chrono::microseconds one_slot,
+                                                   std::chrono::microseconds to_room) noexcept {
+    return std::max(one_slot, std::min(Tuning::retry_after_floor, to_room));
+}
+
 /// Share of all cores the process used since the last sample, smoothed over a few samples
 /// (Tuning::cpu_smoothing). Uses std::clock (process CPU time) and the real clock, whatever Clock
 /// the scheduler runs on. Tick thread only: no lock.

@@ -48,7 +48,8 @@ void SchedulerCore<Clock, Controller>::tick() {
     in.cpu_utilization = telemetry_.sample_cpu();
     // Saturated: the queue is at its soft limit now, or admission refused work since the
     // last tick (the queue was at a limit then; a producer obeying retry_after keeps it
-    // just below the limit most of the time).
+    // below the limit most of the time, and comes back within Tuning::retry_after_floor,
+    // well under a tick, while the drain is fast).
     in.saturated = qlen >= queue_.soft_limit() || c.rejected > last_rejected_;
     tick_waker_.backpressure_seen(in.saturated);
     last_rejected_ = c.rejected;
