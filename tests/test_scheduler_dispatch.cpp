@@ -7,6 +7,7 @@
 #include <ax/scheduler.hpp>
 #include <catch2/catch.hpp>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 using namespace std::chrono_literals;
@@ -416,8 +417,13 @@ TEST_CASE("a group's circuit breaker opens, holds, probes and closes", "[schedul
     CHECK(sched.group_stats(g).breaker_enabled);
 
     std::atomic<bool> healthy{false};
+    std::atomic<bool> submitted{false};
     std::atomic<int> runs{0};
     auto call = [&]() -> int {
+        // The first attempt waits until all seven are submitted: otherwise a slow producer (a
+        // sanitizer build) could see the breaker open before its last submits, refused.
+        while (!submitted.load())
+            std::this_thread::yield();
         ++runs;
         if (!healthy)
             throw std::runtime_error("503");
@@ -430,6 +436,7 @@ TEST_CASE("a group's circuit breaker opens, holds, probes and closes", "[schedul
         failing.push_back(std::move(*sched.submit(call, {.max_retries = 0, .group = g})));
     for (int i = 0; i < 3; ++i)
         held.push_back(std::move(*sched.submit(call, {.max_retries = 0, .group = g})));
+    submitted = true;
     for (auto& h : failing)
         REQUIRE_THROWS(h.get());
     CHECK(sched.group_stats(g).breaker == ax::BreakerState::open);
