@@ -2,7 +2,8 @@
 // queued tasks on its own thread instead of parking. Each task so run must still be dispatched in
 // ring order, watched by the watchdog, cancellable, retried, counted, and end exactly once; a
 // body's exception stays in the task; a deadline or shutdown met while helping ends the wait as
-// it would a parked one.
+// it would a parked one. Each case declares its scheduler after the objects its tasks use, so the
+// scheduler (draining its last tasks) is destroyed before them.
 #include "test_support.hpp"
 
 #include <algorithm>
@@ -88,18 +89,18 @@ TEST_CASE("Helping post_wait runs the tasks the worker would have taken, in ring
     // The order a worker takes them, from a twin scheduler that does not help.
     std::vector<std::string> reference;
     {
-        ax::Scheduler<> sched{one_worker()};
         ax_test::Gate gate;
         Ran ran;
+        ax::Scheduler<> sched{one_worker()};
         hold_worker(sched, gate);
         queue_mixed(sched, ran);
         gate.open();
         REQUIRE(eventually([&] { return ran.names_now().size() == 8; }));
         reference = ran.names_now();
     }
-    ax::Scheduler<> sched{one_worker()};
     ax_test::Gate gate;
     Ran ran;
+    ax::Scheduler<> sched{one_worker()};
     hold_worker(sched, gate);
     queue_mixed(sched, ran);
     const auto refused = sched.post([] {});
@@ -138,10 +139,10 @@ TEST_CASE("Helping post_wait runs the tasks the worker would have taken, in ring
 TEST_CASE("A task the producer runs keeps its exception, retries and dead-letters as on a "
           "worker",
           "[caller_runs]") {
-    ax::Scheduler<> sched{one_worker()};
     ax_test::Gate gate;
-    hold_worker(sched, gate);
     std::atomic<int> attempts{0};
+    ax::Scheduler<> sched{one_worker()};
+    hold_worker(sched, gate);
     std::vector<ax::TaskHandle<int>> handles;
     // Eight (high, up to capacity): a normal submit needs three of them run.
     for (int i = 0; i < 8; ++i) {
@@ -174,11 +175,11 @@ TEST_CASE("A task the producer runs keeps its exception, retries and dead-letter
 
 TEST_CASE("The watchdog times out a task the producer runs; cancel reaches one too",
           "[caller_runs]") {
-    ax::Scheduler<> sched{one_worker()};
     ax_test::Gate gate;
-    hold_worker(sched, gate);
     std::atomic<std::thread::id> timed_thread{};
     std::atomic<bool> cancellable_started{false};
+    ax::Scheduler<> sched{one_worker()};
+    hold_worker(sched, gate);
     // Heads the queue (high): it waits for its stop, which only the watchdog's timeout gives.
     auto stuck = sched.submit(
         [&](ax::TaskContext& ctx) {
@@ -232,10 +233,10 @@ TEST_CASE("The watchdog times out a task the producer runs; cancel reaches one t
 TEST_CASE("A helping producer looks at its deadline and stop token between tasks",
           "[caller_runs]") {
     SECTION("past the deadline with room made: admitted, the task's length overshooting it") {
-        ax::Scheduler<> sched{one_worker()};
         ax_test::Gate gate;
-        hold_worker(sched, gate);
         std::atomic<int> ran{0};
+        ax::Scheduler<> sched{one_worker()};
+        hold_worker(sched, gate);
         for (int i = 0; i < 6; ++i)
             REQUIRE(sched.post([&ran] {
                 std::this_thread::sleep_for(30ms);
@@ -250,10 +251,10 @@ TEST_CASE("A helping producer looks at its deadline and stop token between tasks
         gate.open();
     }
     SECTION("past the deadline without room: the backpressure error, after one task") {
-        ax::Scheduler<> sched{one_worker()};
         ax_test::Gate gate;
-        hold_worker(sched, gate);
         std::atomic<int> ran{0};
+        ax::Scheduler<> sched{one_worker()};
+        hold_worker(sched, gate);
         // High tasks fill to capacity (8): a normal one needs the length at 5, three tasks away.
         for (int i = 0; i < 8; ++i)
             REQUIRE(sched.post(
@@ -271,11 +272,11 @@ TEST_CASE("A helping producer looks at its deadline and stop token between tasks
         REQUIRE(eventually([&] { return ran.load() == 8; }));
     }
     SECTION("a stop requested by the task it runs: the backpressure error, after that task") {
-        ax::Scheduler<> sched{one_worker()};
         ax_test::Gate gate;
-        hold_worker(sched, gate);
         std::atomic<int> ran{0};
         std::stop_source stop;
+        ax::Scheduler<> sched{one_worker()};
+        hold_worker(sched, gate);
         for (int i = 0; i < 8; ++i)
             REQUIRE(sched.post(
                 [&ran, &stop] {
@@ -295,10 +296,10 @@ TEST_CASE("A helping producer looks at its deadline and stop token between tasks
 TEST_CASE("Shutdown while the producer helps: the task it runs is cancelled, the wait answers "
           "shutting_down, the drain counts the task",
           "[caller_runs]") {
-    ax::Scheduler<> sched{one_worker()};
     ax_test::Gate gate;
-    hold_worker(sched, gate);
     std::atomic<bool> started{false};
+    ax::Scheduler<> sched{one_worker()};
+    hold_worker(sched, gate);
     auto waits = sched.submit(
         [&](ax::TaskContext& ctx) {
             started = true;
@@ -327,14 +328,14 @@ TEST_CASE("Shutdown while the producer helps: the task it runs is cancelled, the
 TEST_CASE("A task may post_wait helping into its own scheduler's full queue, and a task the "
           "producer runs may wait on its subtask",
           "[caller_runs]") {
-    ax::Scheduler<> sched{one_worker()};
     ax_test::Gate gate;
     std::atomic<int> ran{0};
     std::atomic<int> child_ran{0};
     std::atomic<int> child_failed{0};
+    std::atomic<bool> admitted{false};
+    ax::Scheduler<> sched{one_worker()};
     // The only worker runs a task that fills the queue and then posts once more with a wait: a
     // parked wait would wait for itself; a helping one runs the queued tasks nested.
-    std::atomic<bool> admitted{false};
     REQUIRE(sched.post([&] {
         for (;;) {
             if (!sched.post([&ran] { ++ran; }))
