@@ -236,7 +236,9 @@ class AdaptiveController {
     /// Runqueue share of the busy time above which waiting for a CPU dominates (default 0.5):
     /// the pool grows no further and shrinks to the CPU cap.
     static constexpr double runqueue_dominates = 0.5;
-    /// Weight of each new share sample (default 0.5).
+    /// Weight of each new share sample (default 0.5). Before any sample covered half a sample
+    /// period (the start of the work), a sample weighs in proportion to the time it covers
+    /// against the time behind the smoothed shares.
     static constexpr double share_smoothing = 0.5;
     /// Largest growth of the target per round, as a factor (default 4): from 4 workers to 200
     /// in three rounds, each after a fresh sample of the shares, so the pool never outgrows
@@ -336,16 +338,37 @@ class AdaptiveController {
             in.idle_cores < 0.0 ? 1.0 : 1.0 - std::clamp(in.idle_cores / in_cores, 0.0, 1.0);
         const double rq_in = std::clamp(in.runqueue_share, 0.0, 1.0) * contended;
         if (fresh) {
-            const double a = shares_known_ ? share_smoothing : 1.0;
+            // Until one sample has covered half a sample period or the pool first grew, a
+            // sample weighs by the time it covers, and growth's pessimism (recent_, below)
+            // leaves it out: the first samples are taken milliseconds after the work started
+            // (ControllerStore samples at doubling windows then), when the tasks just started
+            // sit in the same phase, all computing or all asleep. Weighed as a full period, a first
+            // sample of 14 ms that caught four workers computing at once (cap 2) held a pool
+            // whose work wanted 32 at 4 - 6 workers for 240 ms (issue 33, gen-31 on the
+            // machine: 1.27 x the best pool). Later short samples (right after a growth) keep
+            // their full weight: they show what the pool just grown to does, and growth must
+            // not outrun them (on a machine crowded by other processes, CPU-bound work grew to
+            // max_workers without them).
+            const double w =
+                in.sample_window_s > 0.0 ? std::min(in.sample_window_s, round_s_) : round_s_;
+            const bool startup = !full_sample_seen_;
+            full_sample_seen_ = full_sample_seen_ || w >= 0.5 * round_s_;
+            double a = 1.0;
+            if (shares_known_)
+                a = startup ? w / (w + share_mass_s_ * (1.0 - share_smoothing) / share_smoothing)
+                            : share_smoothing;
+            share_mass_s_ = shares_known_ ? std::min(share_mass_s_ + w, round_s_) : w;
             cpu_ += a * (std::clamp(in.cpu_share, 0.0, 1.0) - cpu_);
             rq_ += a * (rq_in - rq_);
             shares_known_ = true;
             last_cpu_in_ = in.cpu_share;
             last_rq_in_ = in.runqueue_share;
-            for (std::size_t i = 0; i + 1 < recent_.size(); ++i)
-                recent_[i] = recent_[i + 1];
-            recent_.back() = {std::clamp(in.cpu_share, 0.0, 1.0), rq_in};
-            recent_seen_ = std::min(recent_seen_ + 1, recent_.size());
+            if (full_sample_seen_) {
+                for (std::size_t i = 0; i + 1 < recent_.size(); ++i)
+                    recent_[i] = recent_[i + 1];
+                recent_.back() = {std::clamp(in.cpu_share, 0.0, 1.0), rq_in};
+                recent_seen_ = std::min(recent_seen_ + 1, recent_.size());
+            }
         }
         const double rq = shares_known_ ? rq_ : 0.0;
         const double hi = cfg_.max_workers;
@@ -666,6 +689,8 @@ class AdaptiveController {
         next = std::clamp(next, capped ? 1.0 : static_cast<double>(cfg_.min_workers), hi);
         if (in.queue_length > 0)
             next = std::max(next, 1.0);
+        if (next > cur)
+            full_sample_seen_ = true; // the start is over (see the shares' weights above)
         return {static_cast<std::uint32_t>(next), why, h.rate};
     }
 
@@ -700,6 +725,8 @@ class AdaptiveController {
     double rq_ = 0.0;
     double last_cpu_in_ = -1.0;
     double last_rq_in_ = -1.0;
+    double share_mass_s_ = 0.0;     // seconds of samples behind cpu_ and rq_ (at most a period)
+    bool full_sample_seen_ = false; // a sample covered half a period or the pool grew
     int cap_low_samples_ = 0;
     double floor_ = 0.0;               // the CPU cap's floor from idle cores (idle_widen_share)
     int cpu_bound_samples_ = 0;        // fresh samples in a row with the cap at the cores

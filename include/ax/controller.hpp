@@ -40,6 +40,12 @@ struct ControllerInput {
     /// once per round, never per task; zero when unknown.
     double cpu_share = 0.0;
     double runqueue_share = 0.0;
+    /// Seconds of wall time the shares above were measured over (the last sample's window); 0
+    /// when unknown (a policy takes it for a full sample period). Samples right after the work
+    /// starts or the pool grows cover a few milliseconds, in which the tasks just started sit
+    /// in the same phase (all computing, or all asleep), so a policy weighs a sample by the
+    /// time it covers.
+    double sample_window_s = 0.0;
     /// Cores of the whole machine left idle over the last sample, on average (0..cores), from
     /// /proc/stat; negative when unknown (not Linux, a test clock, the first sample). Idle cores
     /// while work is queued mean more workers would run more work, whatever the runqueue share

@@ -75,16 +75,28 @@ class ControllerStore {
     /// every round samples, so the CPU cap is known within two rounds of the first busy worker.
     /// A round right after the target grew samples too: the pool must not outgrow what the
     /// last sample of fewer workers showed (a few extra reads while the pool ramps up).
+    /// Until one sample has covered half a round interval or the pool first grew, the next is
+    /// due after twice the last one's window (10, 20, 40 ms...): the first measured sample
+    /// covers the first
+    /// milliseconds of the work, when the tasks just started sit in the same phase, and read
+    /// alone for a whole interval it held pools at a quarter of their size for 100 ms at a
+    /// time (issue 33: gen-31, gen-2, gen-30 on the machine).
     [[nodiscard]] bool sample_due(std::int64_t now) const noexcept {
-        return !measured_ || grew_ || now - last_sample_ns_ >= interval_ns_;
+        if (!measured_ || grew_ || now - last_sample_ns_ >= interval_ns_)
+            return true;
+        return !full_sample_ && !grown_ && window_ns_ > 0 &&
+               now - last_sample_ns_ >= 2 * window_ns_;
     }
 
     /// Records a sample's summed deltas as the shares rounds report until the next sample.
     void set_shares(std::int64_t now, const SchedDelta& d) noexcept {
         shares_from(d, cpu_share_, runqueue_share_);
         idle_cores_ = d.idle_cores;
+        window_ns_ = now - last_sample_ns_;
         last_sample_ns_ = now;
-        measured_ = measured_ || cpu_share_ + runqueue_share_ > 0.0;
+        const bool measured = cpu_share_ + runqueue_share_ > 0.0;
+        full_sample_ = full_sample_ || (measured && 2 * window_ns_ >= interval_ns_);
+        measured_ = measured_ || measured;
     }
 
     /// Completes the round's input: the last shares and idle cores, the cores and the time since
@@ -92,6 +104,7 @@ class ControllerStore {
     void begin_round(std::int64_t now, ControllerInput& in) noexcept {
         in.cpu_share = cpu_share_;
         in.runqueue_share = runqueue_share_;
+        in.sample_window_s = static_cast<double>(window_ns_) / 1e9;
         in.idle_cores = idle_cores_;
         in.cores = available_cores_;
         in.elapsed_s = rounds_ == 0 ? 0.0 : static_cast<double>(now - last_round_ns_) / 1e9;
@@ -102,6 +115,7 @@ class ControllerStore {
     void end_round(const ControllerInput& in, const ControllerDecision& d) {
         ++rounds_;
         grew_ = d.target > in.current_target;
+        grown_ = grown_ || grew_;
         std::lock_guard lock(mutex_);
         stats_.rounds = rounds_;
         if (d.target != in.current_target) {
@@ -166,6 +180,9 @@ class ControllerStore {
     std::int64_t last_round_ns_;  // tick thread
     std::int64_t last_sample_ns_; // tick thread
     bool measured_ = false;       // tick thread
+    bool full_sample_ = false;    // tick thread: a measured sample covered half an interval
+    bool grown_ = false;          // tick thread: some round raised the target
+    std::int64_t window_ns_ = 0;  // tick thread: the last sample's window
     bool grew_ = false;           // tick thread
     double cpu_share_ = 0.0;      // tick thread
     double runqueue_share_ = 0.0; // tick thread

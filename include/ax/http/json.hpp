@@ -72,7 +72,7 @@ inline nlohmann::json to_json(const ControllerInput& in) {
         {"cpu_utilization", in.cpu_utilization}, {"saturated", in.saturated},
         {"offered_rate", in.offered_rate},       {"cpu_share", in.cpu_share},
         {"runqueue_share", in.runqueue_share},   {"cores", in.cores},
-        {"idle_cores", in.idle_cores},
+        {"idle_cores", in.idle_cores},           {"sample_window_s", in.sample_window_s},
     };
 }
 
