@@ -129,8 +129,9 @@ TEST_CASE("to_json renders every field of a real snapshot", "[http][json]") {
     CHECK(c["target"] == m.controller.target);
     CHECK(c["reason"] == ax::controller_reason_name(m.controller.reason));
     CHECK(c["reason_text"] == ax::controller_reason_text(m.controller.reason));
-    CHECK(c["inputs"].size() == 13);
+    CHECK(c["inputs"].size() == 14);
     CHECK(c["inputs"]["idle_cores"].get<double>() == m.controller.inputs.idle_cores);
+    CHECK(c["inputs"]["sample_window_s"].get<double>() == m.controller.inputs.sample_window_s);
 }
 
 TEST_CASE("to_json maps each enum and duration", "[http][json]") {
