@@ -236,9 +236,9 @@ class AdaptiveController {
     /// Runqueue share of the busy time above which waiting for a CPU dominates (default 0.5):
     /// the pool grows no further and shrinks to the CPU cap.
     static constexpr double runqueue_dominates = 0.5;
-    /// Weight of each new share sample (default 0.5). Before any sample covered half a sample
-    /// period (the start of the work), a sample weighs in proportion to the time it covers
-    /// against the time behind the smoothed shares.
+    /// Weight of each new share sample (default 0.5). At the start of the work (until a sample
+    /// covered half a sample period or the pool grew), a sample weighs in proportion to the time
+    /// it covers against the time behind the smoothed shares.
     static constexpr double share_smoothing = 0.5;
     /// Largest growth of the target per round, as a factor (default 4): from 4 workers to 200
     /// in three rounds, each after a fresh sample of the shares, so the pool never outgrows

@@ -77,10 +77,9 @@ class ControllerStore {
     /// last sample of fewer workers showed (a few extra reads while the pool ramps up).
     /// Until one sample has covered half a round interval or the pool first grew, the next is
     /// due after twice the last one's window (10, 20, 40 ms...): the first measured sample
-    /// covers the first
-    /// milliseconds of the work, when the tasks just started sit in the same phase, and read
-    /// alone for a whole interval it held pools at a quarter of their size for 100 ms at a
-    /// time (issue 33: gen-31, gen-2, gen-30 on the machine).
+    /// covers the first milliseconds of the work, when the tasks just started sit in the same
+    /// phase, and read alone for a whole interval it held pools at a quarter of their size for
+    /// 100 ms at a time (issue 33: gen-31 on the machine).
     [[nodiscard]] bool sample_due(std::int64_t now) const noexcept {
         if (!measured_ || grew_ || now - last_sample_ns_ >= interval_ns_)
             return true;
