@@ -260,6 +260,15 @@ class AdaptiveController {
     /// widening is 1.1 + 2 x the idle share, up to this): from the cap to 5 x the cap in four
     /// samples. Larger reaches a big pool sooner and overshoots further.
     static constexpr double widen_step = 1.5;
+    /// With every worker busy and work queued, the queue is sized by the workers' turnover
+    /// (busy worker-seconds per finished attempt, running attempts' time included) instead of
+    /// the mean of finished attempts when it exceeds that mean by this factor (default 4). The
+    /// turnover also holds each attempt's dispatch and a woken worker's wait for a core (on a
+    /// VM, milliseconds), so near the mean it reads latency, not longer tasks; far above it,
+    /// the finished attempts are the short ones of a mix whose long ones hold the workers.
+    /// Lower sizes mixes sooner and reads more latency as work; higher leaves more of the
+    /// survivor bias.
+    static constexpr double turnover_trust = 4.0;
     /// Rise of the process's CPU use (share of all cores, ControllerInput::cpu_utilization)
     /// each widening must bring once the pool reached it (mean over a sample period); two that
     /// do not in a row stop the widening (default 0.02).
@@ -317,6 +326,7 @@ class AdaptiveController {
         const std::uint32_t cur = std::clamp(in.current_target, 1u, cfg_.max_workers);
         // The first round covers everything since start (one round's length, as far as rates go).
         const double dt = seen_ ? std::max(0.0, in.elapsed_s) : round_s_;
+        const bool later_round = seen_;
         const std::uint64_t arrivals =
             in.offered_total >= last_offered_ ? in.offered_total - last_offered_ : 0;
         last_offered_ = in.offered_total;
@@ -325,6 +335,21 @@ class AdaptiveController {
         if (dt > 0.0) {
             const double a = std::min(1.0, dt / rate_tau_s);
             rate_ += a * (static_cast<double>(arrivals) / dt - rate_);
+        }
+        // The workers' turnover: busy worker-seconds per finished attempt over the last
+        // backlog_horizon_s or so (both decayed alike). Unlike the mean of finished attempts it
+        // counts the time of attempts still running, so it is not biased to the short ones.
+        {
+            // The first round primes the count: its dt is a nominal round, not the time the
+            // attempts finished so far took.
+            const std::uint64_t done =
+                in.attempts_total >= turn_done_ ? in.attempts_total - turn_done_ : 0;
+            turn_done_ = in.attempts_total;
+            if (later_round) {
+                const double keep = std::exp(-dt / backlog_horizon_s);
+                turn_busy_ = turn_busy_ * keep + static_cast<double>(in.busy_workers) * dt;
+                turn_count_ = turn_count_ * keep + static_cast<double>(done);
+            }
         }
         // A new sample (the scheduler reuses the last one between samples).
         const bool fresh = in.cpu_share + in.runqueue_share > 0.0 &&
@@ -580,7 +605,17 @@ class AdaptiveController {
         } else {
             const double in_use = in.busy_workers * (1.0 - rq);
             const double demand = in.saturated ? std::max(0.0, rate_) * d : 0.0;
-            const double backlog = in.queue_length * d / backlog_horizon_s;
+            // The queue is a draw of the whole mix; the finished attempts are biased to its
+            // short tasks while the long ones hold every worker (issue 33, gen-26: 59 % of the
+            // tasks asleep 93 ms beside 0.1 ms ones read as a backlog of a few workers, and the
+            // pool grew by one per round). With every worker busy, the turnover is the better
+            // estimate of what a queued task will hold a worker for.
+            double d_q = d;
+            const double turn = turn_busy_ / std::max(turn_count_, 1.0) * (1.0 - rq);
+            if (in.busy_workers >= std::max(std::min(in.live_workers, cur), 1u) &&
+                turn > turnover_trust * d)
+                d_q = turn;
+            const double backlog = in.queue_length * d_q / backlog_horizon_s;
             need = std::max(in_use, demand) + backlog;
             if (in.saturated && demand > in_use)
                 why = ControllerReason::saturated;
@@ -755,6 +790,9 @@ class AdaptiveController {
     bool trim_off_ = false;          // a trim cost speed: no more until the queue drains
     int idle_floor_cpu_samples_ = 0; // fresh samples in a row that read the work as CPU-bound
     double idle_floor_ = 0.0;        // most workers seen all busy beside idle cores and queued work
+    std::uint64_t turn_done_ = 0;    // attempts_total at the last round
+    double turn_busy_ = 0.0;         // busy worker-seconds, decayed over backlog_horizon_s
+    double turn_count_ = 0.0;        // finished attempts, decayed alike
     BurstForecaster fc_;
 };
 

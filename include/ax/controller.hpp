@@ -62,6 +62,10 @@ struct ControllerInput {
     /// use alone cannot show (memory-bound work burns more CPU per task the more of it runs at
     /// once).
     std::uint64_t completed_total = 0;
+    /// Attempts finished since start, failed ones included (0 where the caller does not count
+    /// them): with the busy workers over time, a policy gets the workers' turnover (busy
+    /// worker-seconds per finished attempt), which counts the time of attempts still running.
+    std::uint64_t attempts_total = 0;
     /// Seconds since the previous controller round (0 on the first round, and on rounds that run
     /// within one reading of a frozen clock).
     double elapsed_s = 0.0;

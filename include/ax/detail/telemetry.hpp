@@ -133,7 +133,8 @@ class Telemetry {
     }
 
     /// Folds the counters into the window and publishes the drain rate and mean duration; fills
-    /// `in`'s window figures (mean duration, incoming and offered rates) and its completed total.
+    /// `in`'s window figures (mean duration, incoming and offered rates) and its completed and
+    /// attempt totals.
     void update(std::int64_t now, const CumulativeCounters& c, std::uint32_t qlen,
                 ControllerInput& in) {
         std::lock_guard lock(mutex_);
@@ -148,6 +149,7 @@ class Telemetry {
         in.incoming_rate = static_cast<double>(sum.incoming) / secs;
         in.offered_rate = static_cast<double>(sum.incoming + sum.rejected) / secs;
         in.completed_total = c.completed;
+        in.attempts_total = c.completed + c.failed;
     }
 
     /// Copies the window's figures into a snapshot.
