@@ -60,9 +60,11 @@ concept PoolHost = std::default_initializable<typename H::WorkerLocal> &&
 /// a thread of the pool's own, which the watchdog, cancel and the counters see like workers.
 ///
 /// Lock it owns: `mutex_` (the pool mutex) guards `workers_`, `orphans_`, `guests_` and the retired
-/// counters and histograms. Taken by the tick (grow, reap, the watchdog's scan through for_each),
-/// metrics() and shutdown. Functions that run a caller's callback under it (for_each) say so; the
-/// callback must take no other lock but a record's extras flag.
+/// counters and histograms. Taken by the tick (grow, reap, the watchdog's scan through for_each,
+/// the list for_each_listed copies), metrics() and shutdown; never held while a thread is
+/// created or a /proc file read (spawn, for_each_listed). Functions that run a
+/// caller's callback under it (for_each) say so; the callback must take no other lock but a
+/// record's extras flag.
 template <class Host> class WorkerPool {
   public:
     /// One worker thread and what it alone writes.
@@ -107,7 +109,7 @@ template <class Host> class WorkerPool {
     ~WorkerPool() { stop_and_join(); }
 
     /// Starts min_workers threads.
-    void start() { spawn(min_); }
+    void start() { spawn(min_, true); }
 
     /// Wakes every parked worker (shrink, shutdown).
     void notify_all() noexcept { notifier_.notify_all(); }
@@ -296,6 +298,24 @@ template <class Host> class WorkerPool {
             f(*w);
     }
 
+    /// Calls f(Worker&) for each worker outside the pool lock, on a list of them taken under
+    /// it into `list` (reused: no allocation once it has grown). Only for the tick thread: it
+    /// alone frees workers (reap) while the pool runs, so the ones listed outlive the calls;
+    /// f may read a worker's atomics and the tick's own fields (its SchedCursor). For work
+    /// that takes long per worker (a /proc read each), which under the lock stalled
+    /// metrics() and every other user of it: beside 150 busy workers the tick, preempted
+    /// while it read them, held the lock for up to 80 ms (issue 33, gen-9).
+    template <class F> void for_each_listed(std::vector<Worker*>& list, F&& f) {
+        list.clear();
+        {
+            std::lock_guard lock(mutex_);
+            for (auto& w : workers_)
+                list.push_back(w.get());
+        }
+        for (Worker* w : list)
+            f(*w);
+    }
+
     /// Lends a guest slot to the calling thread (a producer about to run a queued task while
     /// it waits for room), or null when all max_guests are lent. Lock-free once the slot
     /// exists; the first lend of each slot creates it under the pool lock, so a scheduler
@@ -423,18 +443,38 @@ template <class Host> class WorkerPool {
         c.run_time.add_to(retired_run_time_);
     }
 
-    void spawn(std::uint32_t n) {
-        std::lock_guard lock(mutex_);
-        if (stopping_.load(std::memory_order_acquire))
-            return;
+    /// Creates `n` threads, each outside the pool lock. Under it, beside busy workers, the tick
+    /// held the lock for the whole batch while each creation took 2 - 5 ms on a 2-vCPU VM (0.2
+    /// ms with the cores idle): growing by 50 workers kept metrics() and every other user of
+    /// the lock waiting 70 - 100 ms (issue 33, gen-9). Outside it is safe because the only
+    /// threads that create (start(), then the tick in grow()) are the only ones that free a
+    /// worker or read its `thread` (the tick in reap(); shutdown, after the tick is joined):
+    /// a worker is listed under the lock before its thread exists, and no one else touches
+    /// its `thread`. `rethrow`: a failed creation throws (start(): the constructor reports
+    /// it); otherwise the pool grows less and the next grow() asks again.
+    void spawn(std::uint32_t n, bool rethrow = false) {
         for (std::uint32_t i = 0; i < n; ++i) {
             auto w = std::make_unique<Worker>();
             Worker* raw = w.get();
-            live_.fetch_add(1, std::memory_order_acq_rel);
-            // The thread keeps the scheduler alive while it runs, so an abandoned (detached)
-            // worker stuck in a body can still finish safely after the scheduler is destroyed.
-            w->thread = std::jthread([this, raw, keep = keepalive_.lock()] { loop(*raw); });
-            workers_.push_back(std::move(w));
+            {
+                std::lock_guard lock(mutex_);
+                if (stopping_.load(std::memory_order_acquire))
+                    return;
+                live_.fetch_add(1, std::memory_order_acq_rel);
+                workers_.push_back(std::move(w));
+            }
+            try {
+                // The thread keeps the scheduler alive while it runs, so an abandoned (detached)
+                // worker stuck in a body can still finish safely after the scheduler is
+                // destroyed.
+                raw->thread = std::jthread([this, raw, keep = keepalive_.lock()] { loop(*raw); });
+            } catch (...) {
+                live_.fetch_sub(1, std::memory_order_acq_rel);
+                raw->exited.store(true, std::memory_order_release); // reap() removes it
+                if (rethrow)
+                    throw;
+                return;
+            }
             created_.fetch_add(1, std::memory_order_relaxed);
             const auto live = live_.load(std::memory_order_relaxed);
             auto peak = peak_.load(std::memory_order_relaxed);

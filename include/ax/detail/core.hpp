@@ -315,6 +315,7 @@ class SchedulerCore final : public std::enable_shared_from_this<SchedulerCore<Cl
 
     // Tick thread only (no lock: one thread).
     std::vector<std::uint32_t> due_;
+    std::vector<Worker*> sampled_; // tick thread: the workers sample_workers reads
     std::vector<Overdue> overdue_;
     std::uint64_t last_rejected_ = 0;
     bool prescale_ = false; // the last round's reason was forecast

@@ -107,7 +107,7 @@ void SchedulerCore<Clock, Controller>::control(std::int64_t now, ControllerInput
 /// age, on Clock (a real-time clock here).
 template <SchedulerClock Clock, ControllerPolicy Controller>
 void SchedulerCore<Clock, Controller>::sample_workers(std::int64_t now, SchedDelta& sum) {
-    pool_.for_each([&](Worker& w) {
+    pool_.for_each_listed(sampled_, [&](Worker& w) {
         std::uint64_t cpu = 0;
         std::uint64_t wait = 0;
         if (!read_schedstat(w.tid.load(std::memory_order_acquire), cpu, wait))
