@@ -129,7 +129,13 @@ TEST_CASE("to_json renders every field of a real snapshot", "[http][json]") {
     CHECK(c["target"] == m.controller.target);
     CHECK(c["reason"] == ax::controller_reason_name(m.controller.reason));
     CHECK(c["reason_text"] == ax::controller_reason_text(m.controller.reason));
-    CHECK(c["inputs"].size() == 14);
+    // Every field of ControllerInput (a field added there and not here fails this count).
+    CHECK(c["inputs"].size() == 19);
+    CHECK(c["inputs"]["peak_busy_workers"] == m.controller.inputs.peak_busy_workers);
+    CHECK(c["inputs"]["offered_total"] == m.controller.inputs.offered_total);
+    CHECK(c["inputs"]["completed_total"] == m.controller.inputs.completed_total);
+    CHECK(c["inputs"]["attempts_total"] == m.controller.inputs.attempts_total);
+    CHECK(c["inputs"]["elapsed_s"].get<double>() == m.controller.inputs.elapsed_s);
     CHECK(c["inputs"]["idle_cores"].get<double>() == m.controller.inputs.idle_cores);
     CHECK(c["inputs"]["sample_window_s"].get<double>() == m.controller.inputs.sample_window_s);
 }

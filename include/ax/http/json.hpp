@@ -66,13 +66,25 @@ inline nlohmann::json to_json(const LatencyHistogram& h) {
 /// ControllerInput, every field.
 inline nlohmann::json to_json(const ControllerInput& in) {
     return {
-        {"incoming_rate", in.incoming_rate},     {"avg_duration_s", in.avg_duration_s},
-        {"queue_length", in.queue_length},       {"current_target", in.current_target},
-        {"live_workers", in.live_workers},       {"busy_workers", in.busy_workers},
-        {"cpu_utilization", in.cpu_utilization}, {"saturated", in.saturated},
-        {"offered_rate", in.offered_rate},       {"cpu_share", in.cpu_share},
-        {"runqueue_share", in.runqueue_share},   {"cores", in.cores},
-        {"idle_cores", in.idle_cores},           {"sample_window_s", in.sample_window_s},
+        {"incoming_rate", in.incoming_rate},
+        {"avg_duration_s", in.avg_duration_s},
+        {"queue_length", in.queue_length},
+        {"current_target", in.current_target},
+        {"live_workers", in.live_workers},
+        {"busy_workers", in.busy_workers},
+        {"cpu_utilization", in.cpu_utilization},
+        {"saturated", in.saturated},
+        {"offered_rate", in.offered_rate},
+        {"cpu_share", in.cpu_share},
+        {"runqueue_share", in.runqueue_share},
+        {"cores", in.cores},
+        {"idle_cores", in.idle_cores},
+        {"sample_window_s", in.sample_window_s},
+        {"peak_busy_workers", in.peak_busy_workers},
+        {"offered_total", in.offered_total},
+        {"completed_total", in.completed_total},
+        {"attempts_total", in.attempts_total},
+        {"elapsed_s", in.elapsed_s},
     };
 }
 
