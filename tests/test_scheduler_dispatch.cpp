@@ -248,11 +248,12 @@ TEST_CASE("a shrink never interrupts a running task", "[scheduler][pool]") {
 
 TEST_CASE("a pool read, shrunk and shut down while it creates threads loses none of them",
           "[scheduler][pool]") {
-    // The pool creates each thread outside its lock (WorkerPool::create_one), so metrics() and
-    // the watchdog need not wait for a growth of tens of threads: reap() must leave a worker
-    // whose thread is still being recorded, and shutdown must wait for a creation in flight.
-    // Run under TSan and ASan in CI; each round races growth against reads, a shrink (some of
-    // the new workers retire at once) and the destructor.
+    // The pool creates each thread outside its lock (WorkerPool::spawn), so metrics() and the
+    // watchdog need not wait for a growth of tens of threads: the worker must still be listed
+    // under the lock before its thread runs (TSan reports a race with metrics()' scans when it
+    // is not), and a shrink or the destructor must find every thread created. Run under TSan
+    // and ASan in CI; each round races growth against reads, a shrink (some of the new workers
+    // retire at once) and the destructor.
     using Sched = ax::Scheduler<std::chrono::steady_clock, ManualController>;
     for (int round = 0; round < 30; ++round) {
         ax::Config cfg;

@@ -62,9 +62,8 @@ concept PoolHost = std::default_initializable<typename H::WorkerLocal> &&
 /// Lock it owns: `mutex_` (the pool mutex) guards `workers_`, `orphans_`, `guests_` and the retired
 /// counters and histograms. Taken by the tick (grow, reap, the watchdog's scan through for_each,
 /// the list for_each_listed copies), metrics() and shutdown; never held while a thread is
-/// created or a /proc file read (spawn, for_each_listed). Functions that run a
-/// caller's callback under it (for_each) say so; the callback must take no other lock but a
-/// record's extras flag.
+/// created or a /proc file read (spawn, for_each_listed). Functions that run a caller's callback
+/// under it (for_each) say so; the callback must take no other lock but a record's extras flag.
 template <class Host> class WorkerPool {
   public:
     /// One worker thread and what it alone writes.
